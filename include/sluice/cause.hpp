@@ -1,0 +1,58 @@
+// Why a session ended. Exactly one per session, logged and counted.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace sluice {
+
+enum class Cause : unsigned char {
+  none,              // still running
+  client_closed,     // client sent FIN first, both directions finished
+  server_closed,     // server sent FIN first, both directions finished
+  client_reset,      // read/write error on the client side
+  server_reset,      // read/write error on the server side
+  idle_timeout,      // no bytes either way for idle_timeout
+  connect_failed,    // all tries used (or next_upstream_timeout passed)
+  no_server,         // no eligible server at all
+  preread_timeout,   // ClientHello not complete within preread_timeout
+  preread_malformed, // ClientHello malformed (on_malformed = "close") or too large
+  rejected_not_tls,  // not TLS and on_not_tls = "close"
+  limit_reached,     // global max_connections reached
+  acl_denied,
+  shutdown,          // closed by graceful stop after shutdown_timeout
+  server_down,
+  server_drained,
+  internal_error,
+  fin_timeout,       // one side half-closed and the other did not finish within fin_timeout
+  max_lifetime,      // session older than max_lifetime
+};
+
+inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::max_lifetime) + 1;
+
+constexpr std::string_view to_string(Cause c) {
+  switch (c) {
+    case Cause::none: return "none";
+    case Cause::client_closed: return "client_closed";
+    case Cause::server_closed: return "server_closed";
+    case Cause::client_reset: return "client_reset";
+    case Cause::server_reset: return "server_reset";
+    case Cause::idle_timeout: return "idle_timeout";
+    case Cause::connect_failed: return "connect_failed";
+    case Cause::no_server: return "no_server";
+    case Cause::preread_timeout: return "preread_timeout";
+    case Cause::preread_malformed: return "preread_malformed";
+    case Cause::rejected_not_tls: return "rejected_not_tls";
+    case Cause::limit_reached: return "limit_reached";
+    case Cause::acl_denied: return "acl_denied";
+    case Cause::shutdown: return "shutdown";
+    case Cause::server_down: return "server_down";
+    case Cause::server_drained: return "server_drained";
+    case Cause::internal_error: return "internal_error";
+    case Cause::fin_timeout: return "fin_timeout";
+    case Cause::max_lifetime: return "max_lifetime";
+  }
+  return "unknown";
+}
+
+}  // namespace sluice

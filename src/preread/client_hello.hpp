@@ -1,0 +1,54 @@
+// Incremental TLS ClientHello parser: pure, no I/O, no logging, no timers.
+// Fed bytes as they arrive; keeps its state between calls; answers
+// NeedMore | Done | NotTls | Malformed. Handles a hello split across TCP
+// segments and across several TLS handshake records. Caps its input.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace sluice::preread {
+
+enum class Status { need_more, done, not_tls, malformed };
+
+struct ClientHelloInfo {
+  bool has_sni = false;
+  std::string sni;                 // host_name as sent (not lower-cased)
+  std::vector<std::string> alpn;   // protocol names in client order
+  std::uint16_t record_version = 0;  // first record's legacy version (0x0301..0x0304)
+  std::uint16_t client_version = 0;  // ClientHello.legacy_version
+};
+
+class ClientHelloParser {
+ public:
+  explicit ClientHelloParser(std::size_t max_bytes = 16384);
+
+  // Appends `data` and advances. Once a final status (done / not_tls /
+  // malformed) is returned, further calls return it again and ignore data.
+  // More than max_bytes without a complete hello -> malformed.
+  Status feed(std::span<const std::uint8_t> data);
+
+  Status status() const { return status_; }
+  const ClientHelloInfo& info() const { return info_; }
+  // Human-readable reason for malformed / not_tls (for debug logs).
+  const char* error() const { return error_; }
+
+ private:
+  Status step();
+
+  std::size_t max_bytes_;
+  Status status_ = Status::need_more;
+  const char* error_ = "";
+  ClientHelloInfo info_;
+  std::vector<std::uint8_t> records_;   // raw bytes received so far
+  std::vector<std::uint8_t> handshake_; // handshake payload reassembled across records
+  std::size_t record_pos_ = 0;          // next unparsed record header in records_
+};
+
+// SNI helpers shared by the router and tests: lower-case, trailing dot removed.
+std::string normalize_host(std::string_view host);
+
+}  // namespace sluice::preread

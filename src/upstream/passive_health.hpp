@@ -1,0 +1,56 @@
+// Passive health with nginx semantics (max_fails / fail_timeout), as a pure
+// state machine with an injected clock. Not thread-safe: ServerState guards it.
+//
+//   up --(max_fails failures within fail_timeout)--> down (for fail_timeout)
+//   down --(fail_timeout over, next real connection selected)--> trial
+//   trial --(connect ok)--> up          trial --(connect fails)--> down
+//
+// While in trial no other connection is sent to the server (one trial at a time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "sluice/config.hpp"
+
+namespace sluice {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+
+class PassiveHealth {
+ public:
+  enum class State { up, down, trial };
+
+  struct Transition {
+    bool changed = false;  // state moved between "available" and "unavailable"
+    bool now_up = true;
+    std::string reason;    // human-readable, for the one log line per transition
+  };
+
+  PassiveHealth(std::uint32_t max_fails, Duration fail_timeout);
+
+  // May a new connection be sent here now? (up, or down with its period over)
+  bool eligible(TimePoint now) const;
+  // The balancer chose this server: a down server whose period is over enters trial.
+  void on_selected(TimePoint now);
+  // A connect attempt failed (error or timeout); `error` says why, for the log.
+  Transition on_failure(TimePoint now, std::string_view error);
+  // A connect attempt succeeded.
+  Transition on_success(TimePoint now);
+
+  State state() const { return state_; }
+  std::uint32_t fails() const { return fails_; }
+
+ private:
+  std::uint32_t max_fails_;
+  Duration fail_timeout_;
+  State state_ = State::up;
+  std::uint32_t fails_ = 0;
+  TimePoint window_start_{};
+  TimePoint down_until_{};
+};
+
+}  // namespace sluice
