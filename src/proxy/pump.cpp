@@ -1,1 +1,126 @@
-// placeholder: being written
+#include "proxy/pump.hpp"
+
+#include "proxy/buffer_pool.hpp"
+#include "proxy/session.hpp"
+
+namespace sluice {
+
+int Pump::start() {
+  reading = true;
+  return uv_read_start(src, on_alloc, on_read);
+}
+
+void Pump::stop() {
+  if (reading) {
+    uv_read_stop(src);
+    reading = false;
+  }
+}
+
+int Pump::write_initial(char* data, std::size_t len, uv_write_t* req) {
+  bytes += len;
+  req->data = this;
+  uv_buf_t buf = uv_buf_init(data, static_cast<unsigned>(len));
+  return uv_write(req, dst, &buf, 1, [](uv_write_t* r, int status) {
+    auto* p = static_cast<Pump*>(r->data);
+    if (status < 0 && status != UV_ECANCELED && !p->session->closing()) {
+      p->session->on_pump_error(*p, status, true);
+    }
+  });
+}
+
+void Pump::on_alloc(uv_handle_t* h, std::size_t /*suggested*/, uv_buf_t* buf) {
+  auto* p = static_cast<Pump*>(h->data);
+  Buffer* b = p->session->pool().get();
+  *buf = uv_buf_init(b->data, Buffer::kSize);
+}
+
+void Pump::on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
+  auto* p = static_cast<Pump*>(s->data);
+  if (nread > 0) {
+    p->handle_data(buf->base, static_cast<std::size_t>(nread));
+    return;
+  }
+  if (buf->base != nullptr) p->session->pool().put(Buffer::from_data(buf->base));
+  if (nread == 0 || p->session->closing()) return;  // 0 is EAGAIN, not EOF
+  if (nread == UV_EOF) {
+    // libuv has stopped reading this stream. Forward the FIN once every byte
+    // already queued for dst has been written (uv_shutdown waits for them).
+    p->reading = false;
+    p->eof = true;
+    p->session->on_pump_eof(*p);
+    p->shutdown_req.data = p;
+    int r = uv_shutdown(&p->shutdown_req, p->dst, on_shutdown);
+    if (r < 0) p->session->on_pump_error(*p, r, true);
+    return;
+  }
+  p->session->on_pump_error(*p, static_cast<int>(nread), false);
+}
+
+void Pump::handle_data(char* base, std::size_t len) {
+  Buffer* b = Buffer::from_data(base);
+  session->touch();
+  bytes += len;
+  uv_buf_t out = uv_buf_init(base, static_cast<unsigned>(len));
+  // Most writes complete at once; only the remainder is queued.
+  int w = uv_try_write(dst, &out, 1);
+  if (w == static_cast<int>(len)) {
+    session->pool().put(b);
+    return;
+  }
+  if (w < 0 && w != UV_EAGAIN) {
+    session->pool().put(b);
+    session->on_pump_error(*this, w, true);
+    return;
+  }
+  if (w > 0) {
+    out.base += w;
+    out.len -= static_cast<unsigned>(w);
+  }
+  b->pump = this;
+  int r = uv_write(&b->req, dst, &out, 1, on_write);
+  if (r < 0) {
+    session->pool().put(b);
+    session->on_pump_error(*this, r, true);
+    return;
+  }
+  if (uv_stream_get_write_queue_size(dst) > kHighWater) {
+    uv_read_stop(src);
+    reading = false;
+    paused = true;
+    ++pauses;
+  }
+}
+
+void Pump::on_write(uv_write_t* req, int status) {
+  Buffer* b = reinterpret_cast<Buffer*>(req);  // req is Buffer's first member
+  Pump* p = b->pump;
+  Session* s = p->session;
+  s->pool().put(b);
+  if (status < 0) {
+    if (status != UV_ECANCELED && !s->closing()) s->on_pump_error(*p, status, true);
+    return;
+  }
+  p->after_write_progress();
+}
+
+void Pump::after_write_progress() {
+  if (!paused || eof || session->closing()) return;
+  if (uv_stream_get_write_queue_size(dst) > kLowWater) return;
+  paused = false;
+  int r = start();
+  if (r < 0) session->on_pump_error(*this, r, false);
+}
+
+void Pump::on_shutdown(uv_shutdown_t* req, int status) {
+  auto* p = static_cast<Pump*>(req->data);
+  if (status == UV_ECANCELED || p->session->closing()) return;
+  if (status < 0) {
+    p->session->on_pump_error(*p, status, true);
+    return;
+  }
+  p->fin_sent = true;
+  p->session->on_pump_fin_sent(*p);
+}
+
+}  // namespace sluice

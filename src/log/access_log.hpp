@@ -1,0 +1,51 @@
+// The access log: exactly one record per session, written when it ends.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "sluice/cause.hpp"
+#include "sluice/config.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace sluice {
+
+struct AccessRecord {
+  std::string_view listener;
+  std::string_view client;   // "ip:port"
+  std::string_view server;   // "ip:port", empty if none was chosen
+  std::string_view sni;      // empty if none
+  std::string_view alpn;     // comma-separated, empty if none
+  unsigned tries = 0;        // connect attempts
+  std::uint64_t bytes_in = 0;   // received from the client
+  std::uint64_t bytes_out = 0;  // sent to the client
+  std::int64_t connect_ms = -1; // time to the successful connect, -1 if none
+  std::int64_t duration_ms = 0;
+  Cause cause = Cause::none;
+};
+
+class AccessLog {
+ public:
+  // `target`: "off", "stderr", "stdout" or a file path (appended). Throws
+  // std::runtime_error when the file cannot be opened.
+  AccessLog(const std::string& target, const std::string& format);
+  ~AccessLog();
+
+  bool enabled() const { return logger_ != nullptr; }
+  void write(const AccessRecord& r) const;
+  // The line as it is written (without the timestamp); exposed for tests.
+  static std::string format_text(const AccessRecord& r);
+  // The JSON members without the enclosing braces (the logger adds "time").
+  static std::string format_json(const AccessRecord& r);
+
+ private:
+  std::shared_ptr<spdlog::logger> logger_;
+  bool json_ = false;
+};
+
+}  // namespace sluice

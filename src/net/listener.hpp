@@ -1,0 +1,23 @@
+// Listening sockets. Each worker gets its own socket per listener, bound with
+// SO_REUSEPORT so the kernel spreads new connections across workers (libuv
+// 1.44 has no flag for it, so the socket is made here and handed to
+// uv_tcp_open). Port 0 is resolved once: every worker binds the port the
+// first socket got.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sluice/config.hpp"
+
+namespace sluice {
+
+struct ListeningSockets {
+  std::vector<int> fds;  // one per worker
+  std::string bound;     // the address actually bound, e.g. "127.0.0.1:40123"
+};
+
+// Throws std::runtime_error (with the address and the system's reason).
+ListeningSockets open_listening_sockets(const ListenerConfig& listener, unsigned count);
+
+}  // namespace sluice

@@ -1,0 +1,44 @@
+// Per-worker pool of fixed-size I/O buffers. A buffer carries its own
+// uv_write_t so a queued write needs no second allocation. Idle sessions hold
+// no buffer: one is taken just before a read and returned as soon as its bytes
+// are written.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include <uv.h>
+
+namespace sluice {
+
+struct Pump;
+
+struct Buffer {
+  static constexpr std::size_t kSize = 32 * 1024;
+  uv_write_t req;      // used while the buffer's bytes sit in a write queue
+  Pump* pump = nullptr;
+  char data[kSize];
+
+  static Buffer* from_data(char* p);
+};
+
+class BufferPool {
+ public:
+  explicit BufferPool(std::size_t max_cached = 1024) : max_cached_(max_cached) {}
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  Buffer* get();
+  void put(Buffer* b);
+
+  std::size_t in_use() const { return in_use_; }
+  std::size_t cached() const { return free_.size(); }
+
+ private:
+  std::size_t max_cached_;
+  std::size_t in_use_ = 0;
+  std::vector<Buffer*> free_;
+};
+
+}  // namespace sluice

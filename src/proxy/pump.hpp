@@ -1,0 +1,59 @@
+// One direction of a session: read from `src`, write to `dst`. The same code
+// serves client->server and server->client (nginx's proxy_process with
+// src/dst swapped); each instance has its own name for logs.
+//
+// Backpressure: when `dst` has more than kHighWater bytes queued (not yet
+// accepted by the kernel), reading from `src` stops; it resumes once the queue
+// drains below kLowWater. So a session never buffers more than about
+// kHighWater + one Buffer per direction, whatever its peers do.
+//
+// Half-close: EOF from `src` becomes uv_shutdown(dst) (a FIN once every queued
+// write has flushed); the other direction keeps flowing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <uv.h>
+
+namespace sluice {
+
+class Session;
+
+struct Pump {
+  static constexpr std::size_t kHighWater = 128 * 1024;
+  static constexpr std::size_t kLowWater = 32 * 1024;
+
+  Session* session = nullptr;
+  uv_stream_t* src = nullptr;
+  uv_stream_t* dst = nullptr;
+  const char* name = "";       // "client->server" / "server->client"
+  bool src_is_client = false;
+
+  std::uint64_t bytes = 0;     // bytes read from src (and so handed to dst)
+  std::uint32_t pauses = 0;    // times reading stopped on the high watermark
+  bool reading = false;
+  bool paused = false;
+  bool eof = false;            // src sent FIN
+  bool fin_sent = false;       // shutdown(dst) completed
+  uv_shutdown_t shutdown_req{};
+
+  // Begins reading from src. Returns a libuv error code (0 on success).
+  int start();
+  // Stops reading (session closing); idempotent.
+  void stop();
+  // Queues bytes that were read before the pump started (e.g. a preread
+  // ClientHello). `data` must stay valid until the write completes.
+  int write_initial(char* data, std::size_t len, uv_write_t* req);
+
+  static void on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
+  static void on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+  static void on_write(uv_write_t* req, int status);
+  static void on_shutdown(uv_shutdown_t* req, int status);
+
+ private:
+  void handle_data(char* base, std::size_t len);
+  void after_write_progress();
+};
+
+}  // namespace sluice
