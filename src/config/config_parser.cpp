@@ -1,1 +1,410 @@
-// placeholder: being written
+// TOML text -> validated, immutable Config. All checks live here (and in
+// values.cpp); the first problem found is thrown as ConfigError with the
+// position of the offending node.
+#include <sys/socket.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <system_error>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "config/quote.hpp"
+#include "config/table_reader.hpp"
+#include "config/values.hpp"
+#include "sluice/config.hpp"
+
+namespace sluice {
+
+namespace {
+
+using config_detail::describe;
+using config_detail::fail_at;
+using config_detail::TableReader;
+
+constexpr auto kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+bool valid_name(std::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+constexpr std::string_view kNameRule = "[A-Za-z0-9_.-]+";
+
+// Same family, address and port (and IPv6 scope): two sockets would collide.
+bool same_endpoint(const Endpoint& a, const Endpoint& b) {
+  if (a.addr.ss_family != b.addr.ss_family || a.port != b.port) return false;
+  if (a.addr.ss_family == AF_INET) {
+    sockaddr_in x{};
+    sockaddr_in y{};
+    std::memcpy(&x, &a.addr, sizeof x);
+    std::memcpy(&y, &b.addr, sizeof y);
+    return x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.addr.ss_family == AF_INET6) {
+    sockaddr_in6 x{};
+    sockaddr_in6 y{};
+    std::memcpy(&x, &a.addr, sizeof x);
+    std::memcpy(&y, &b.addr, sizeof y);
+    return std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0 && x.sin6_scope_id == y.sin6_scope_id;
+  }
+  return false;
+}
+
+std::string already_used(std::string_view key, const Endpoint& mine, std::string_view owner, const Endpoint& theirs) {
+  const std::string head = std::string(key) + " " + quote(mine.text);
+  if (mine.text == theirs.text) return head + " is already used by " + std::string(owner);
+  return head + " resolves to the same address as " + std::string(owner) + " (" + quote(theirs.text) + ")";
+}
+
+// SNI pattern: a host name or "*.suffix"; lower-cased, trailing dot removed.
+// Returns an empty string when the pattern is not valid.
+std::string normalize_sni(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  if (!out.empty() && out.back() == '.') out.pop_back();
+  std::string_view host = out;
+  if (host.starts_with("*.")) host.remove_prefix(2);
+  if (host.empty() || host.size() > 253) return {};
+  std::size_t label = 0;
+  for (char c : host) {
+    if (c == '.') {
+      if (label == 0) return {};
+      label = 0;
+      continue;
+    }
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+    if (!ok || ++label > 63) return {};
+  }
+  if (label == 0) return {};
+  return out;
+}
+
+class Parser {
+ public:
+  Parser(const toml::table& root, const std::string& path) : root_(root), path_(path) {}
+
+  Config run() {
+    Config config;
+    config.path = path_;
+    TableReader top(root_, "top level", path_);
+    top.reject_unknown_keys({"global", "listener", "upstream"},
+                            {{"admin", "the admin API is not implemented yet"}});
+
+    if (const toml::node* global = top.get("global")) {
+      const auto* table = global->as_table();
+      if (table == nullptr) top.fail_type("global", *global, "a table ([global])");
+      config.global = parse_global(*table);
+    }
+
+    // Upstreams first so listener references can be checked where they are written.
+    if (const toml::node* upstreams = top.get("upstream")) {
+      const auto* table = upstreams->as_table();
+      if (table == nullptr) top.fail_type("upstream", *upstreams, "a table of upstreams ([upstream.NAME])");
+      parse_upstreams(*table, config);
+    }
+
+    const toml::node* listeners = top.get("listener");
+    if (listeners == nullptr) top.fail_table("at least one [[listener]] is required");
+    const auto* array = listeners->as_array();
+    if (array != nullptr && array->empty()) top.fail(*listeners, "at least one [[listener]] is required");
+    if (array == nullptr || !array->is_array_of_tables()) {
+      top.fail_type("listener", *listeners, "an array of tables ([[listener]])");
+    }
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      config.listeners.push_back(parse_listener(*(*array)[i].as_table(), i + 1, config));
+    }
+    return config;
+  }
+
+ private:
+  GlobalConfig parse_global(const toml::table& table) {
+    TableReader r(table, "[global]", path_);
+    r.reject_unknown_keys(
+        {"workers", "max_connections", "shutdown_timeout", "log_level", "access_log", "access_log_format"});
+    GlobalConfig g;
+    if (auto v = r.integer("workers", 0, 256)) g.workers = static_cast<unsigned>(*v);
+    if (auto v = r.integer("max_connections", 1, kInt64Max)) g.max_connections = static_cast<std::uint64_t>(*v);
+    if (auto v = r.duration("shutdown_timeout", true)) g.shutdown_timeout = *v;
+    if (auto v = r.choice<std::string_view>("log_level", {{"trace", "trace"},
+                                                          {"debug", "debug"},
+                                                          {"info", "info"},
+                                                          {"warn", "warn"},
+                                                          {"error", "error"},
+                                                          {"critical", "critical"},
+                                                          {"off", "off"}})) {
+      g.log_level = std::string(*v);
+    }
+    if (auto v = r.string("access_log")) {
+      if (v->empty()) {
+        r.fail(*r.get("access_log"), "access_log must be a file path, \"stderr\", \"stdout\" or \"off\", got \"\"");
+      }
+      g.access_log = *v;
+    }
+    if (auto v = r.choice<std::string_view>("access_log_format", {{"text", "text"}, {"json", "json"}})) {
+      g.access_log_format = std::string(*v);
+    }
+    return g;
+  }
+
+  void parse_upstreams(const toml::table& table, Config& config) {
+    // In file order, so the first error reported is the first one written.
+    std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+    for (const auto& [key, node] : table) entries.emplace_back(&key, &node);
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+      const auto& x = a.first->source().begin;
+      const auto& y = b.first->source().begin;
+      return x.line < y.line || (x.line == y.line && x.column < y.column);
+    });
+    for (const auto& [key, node] : entries) {
+      const std::string context = "upstream " + quote(key->str());
+      if (!valid_name(key->str())) {
+        fail_at(path_, key->source(), context, "name must match " + std::string(kNameRule));
+      }
+      const auto* body = node->as_table();
+      if (body == nullptr) {
+        fail_at(path_, node->source(), context,
+                "must be a table ([upstream." + std::string(key->str()) + "]), got " + describe(*node));
+      }
+      UpstreamConfig u = parse_upstream(*body, context);
+      u.name = std::string(key->str());
+      config.upstreams.emplace(u.name, std::move(u));
+    }
+  }
+
+  UpstreamConfig parse_upstream(const toml::table& table, const std::string& context) {
+    TableReader r(table, context, path_);
+    r.reject_unknown_keys({"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "servers"},
+                          {{"health", "active health checks are not implemented yet"}});
+    UpstreamConfig u;
+    if (auto v = r.choice<Balance>("balance", {{"least_conn", Balance::least_conn},
+                                               {"round_robin", Balance::round_robin},
+                                               {"hash", Balance::hash},
+                                               {"random", Balance::random}})) {
+      u.balance = *v;
+    }
+    const bool hashing = u.balance == Balance::hash;
+    if (auto v = r.integer("max_fails", 0, 1000)) u.max_fails = static_cast<std::uint32_t>(*v);
+    if (auto v = r.duration("fail_timeout", false)) u.fail_timeout = *v;
+    if (r.has("hash_key") && !hashing) r.fail_key("hash_key", "hash_key is allowed only with balance = \"hash\"");
+    if (auto v = r.choice<HashKey>("hash_key", {{"sni", HashKey::sni},
+                                                {"client_ip", HashKey::client_ip},
+                                                {"sni_or_client_ip", HashKey::sni_or_client_ip}})) {
+      u.hash_key = *v;
+    }
+    if (r.has("hash_balance_factor") && !hashing) {
+      r.fail_key("hash_balance_factor", "hash_balance_factor is allowed only with balance = \"hash\"");
+    }
+    if (auto v = r.number("hash_balance_factor")) {
+      const double f = *v;
+      if (f != 0.0 && !(f > 1.0 && f <= 100.0)) {
+        r.fail(*r.get("hash_balance_factor"),
+               "hash_balance_factor must be 0 (off) or more than 1.0 and at most 100, got " +
+                   describe(*r.get("hash_balance_factor")));
+      }
+      u.hash_balance_factor = f;
+    }
+
+    const toml::node& servers_node = r.require("servers");
+    const toml::array* servers = r.array("servers", "an array of tables like [{ address = \"10.0.0.1:5432\" }]");
+    if (servers->empty()) r.fail(servers_node, "servers must not be empty");
+    for (std::size_t i = 0; i < servers->size(); ++i) {
+      const std::string server_context = context + " server " + std::to_string(i + 1);
+      const toml::node& node = (*servers)[i];
+      const auto* table_node = node.as_table();
+      if (table_node == nullptr) {
+        fail_at(path_, node.source(), server_context,
+                "must be a table like { address = \"10.0.0.1:5432\" }, got " + describe(node));
+      }
+      TableReader s(*table_node, server_context, path_);
+      s.reject_unknown_keys({"address", "weight", "max_conns", "backup"});
+      ServerConfig server;
+      const toml::node& address_node = s.require("address");
+      server.address = *s.address("address", false);
+      for (std::size_t j = 0; j < u.servers.size(); ++j) {
+        if (same_endpoint(server.address, u.servers[j].address)) {
+          s.fail(address_node,
+                 already_used("address", server.address, "server " + std::to_string(j + 1), u.servers[j].address));
+        }
+      }
+      if (auto v = s.integer("weight", 1, 1000)) server.weight = static_cast<std::uint32_t>(*v);
+      if (auto v = s.integer("max_conns", 0, 1000000)) server.max_conns = static_cast<std::uint32_t>(*v);
+      if (auto v = s.boolean("backup")) {
+        if (*v && hashing) s.fail(*s.get("backup"), "backup = true is not allowed with balance = \"hash\"");
+        server.backup = *v;
+      }
+      u.servers.push_back(std::move(server));
+    }
+    return u;
+  }
+
+  ListenerConfig parse_listener(const toml::table& table, std::size_t index, const Config& config) {
+    ListenerConfig l;
+    const toml::node* name_node = table.get("name");
+    const bool named = name_node != nullptr && name_node->is_string() && valid_name(name_node->as_string()->get());
+    const std::string context =
+        named ? "listener " + quote(name_node->as_string()->get()) : "listener #" + std::to_string(index);
+    TableReader r(table, context, path_);
+    r.reject_unknown_keys({"name", "listen", "upstream", "connect_timeout", "idle_timeout", "tries",
+                           "next_upstream_timeout", "fin_timeout", "max_lifetime", "backlog", "preread",
+                           "preread_timeout", "preread_max_bytes", "routes", "default_upstream", "on_not_tls",
+                           "on_malformed"});
+
+    r.require("name");
+    l.name = *r.string("name");
+    if (!named) r.fail(*name_node, "name must match " + std::string(kNameRule) + ", got " + quote(l.name));
+    for (std::size_t i = 0; i < config.listeners.size(); ++i) {
+      if (config.listeners[i].name == l.name) {
+        r.fail(*name_node, "name " + quote(l.name) + " is already used by listener #" + std::to_string(i + 1));
+      }
+    }
+
+    const toml::node& listen_node = r.require("listen");
+    l.listen = *r.address("listen", true);
+    if (l.listen.port != 0) {
+      for (const auto& other : config.listeners) {
+        if (same_endpoint(l.listen, other.listen)) {
+          r.fail(listen_node, already_used("listen", l.listen, "listener " + quote(other.name), other.listen));
+        }
+      }
+    }
+
+    if (auto v = r.choice<Preread>("preread", {{"none", Preread::none}, {"tls", Preread::tls}})) l.preread = *v;
+    const bool tls = l.preread == Preread::tls;
+
+    if (tls) {
+      if (r.has("upstream")) {
+        r.fail_key("upstream", "upstream is not allowed with preread = \"tls\"; use default_upstream and routes");
+      }
+    } else {
+      for (std::string_view key : {"routes", "default_upstream", "on_not_tls", "on_malformed", "preread_timeout",
+                                   "preread_max_bytes"}) {
+        if (r.has(key)) r.fail_key(key, std::string(key) + " is allowed only with preread = \"tls\"");
+      }
+      r.require("upstream");
+      l.upstream = *r.string("upstream");
+      check_upstream(r, "upstream", *r.get("upstream"), l.upstream, config);
+    }
+
+    if (auto v = r.duration("connect_timeout", false)) l.connect_timeout = *v;
+    if (auto v = r.duration("idle_timeout", true)) l.idle_timeout = *v;
+    if (auto v = r.integer("tries", 1, 100)) l.tries = static_cast<std::uint32_t>(*v);
+    if (auto v = r.duration("next_upstream_timeout", true)) l.next_upstream_timeout = *v;
+    if (auto v = r.duration("fin_timeout", false)) l.fin_timeout = *v;
+    if (auto v = r.duration("max_lifetime", true)) l.max_lifetime = *v;
+    if (auto v = r.integer("backlog", 1, 65535)) l.backlog = static_cast<std::uint32_t>(*v);
+
+    if (tls) {
+      if (auto v = r.duration("preread_timeout", false)) l.preread_timeout = *v;
+      if (auto v = r.integer("preread_max_bytes", 512, 65536)) l.preread_max_bytes = static_cast<std::uint32_t>(*v);
+      if (auto v = r.choice<OnNotTls>("on_not_tls", {{"default", OnNotTls::use_default}, {"close", OnNotTls::close}})) {
+        l.on_not_tls = *v;
+      }
+      if (auto v = r.choice<OnMalformed>("on_malformed",
+                                         {{"close", OnMalformed::close}, {"default", OnMalformed::use_default}})) {
+        l.on_malformed = *v;
+      }
+      if (const toml::array* routes =
+              r.array("routes", "an array of tables like [{ sni = \"db.example.com\", upstream = \"NAME\" }]")) {
+        parse_routes(*routes, context, l, config);
+      }
+      if (auto v = r.string("default_upstream")) {
+        l.default_upstream = *v;
+        check_upstream(r, "default_upstream", *r.get("default_upstream"), l.default_upstream, config);
+      }
+      if (l.routes.empty() && l.default_upstream.empty()) {
+        r.fail_table("preread = \"tls\" needs routes or default_upstream (or both)");
+      }
+    }
+    return l;
+  }
+
+  void parse_routes(const toml::array& routes, const std::string& context, ListenerConfig& l, const Config& config) {
+    for (std::size_t i = 0; i < routes.size(); ++i) {
+      const std::string route_context = context + " route " + std::to_string(i + 1);
+      const toml::node& node = routes[i];
+      const auto* table = node.as_table();
+      if (table == nullptr) {
+        fail_at(path_, node.source(), route_context,
+                "must be a table like { sni = \"db.example.com\", upstream = \"NAME\" }, got " + describe(node));
+      }
+      TableReader r(*table, route_context, path_);
+      r.reject_unknown_keys({"sni", "upstream"});
+      Route route;
+      r.require("sni");
+      const std::string sni = *r.string("sni");
+      route.sni = normalize_sni(sni);
+      if (route.sni.empty()) {
+        r.fail(*r.get("sni"), "sni must be a host name like \"db.example.com\" or a wildcard like "
+                              "\"*.example.com\", got " + quote(sni));
+      }
+      for (std::size_t j = 0; j < l.routes.size(); ++j) {
+        if (l.routes[j].sni == route.sni) {
+          r.fail(*r.get("sni"), "sni " + quote(route.sni) + " is already used by route " + std::to_string(j + 1));
+        }
+      }
+      r.require("upstream");
+      route.upstream = *r.string("upstream");
+      check_upstream(r, "upstream", *r.get("upstream"), route.upstream, config);
+      l.routes.push_back(std::move(route));
+    }
+  }
+
+  void check_upstream(const TableReader& r, std::string_view key, const toml::node& node, const std::string& name,
+                      const Config& config) {
+    if (config.upstreams.count(name) != 0) return;
+    std::string known;
+    for (const auto& [upstream_name, upstream] : config.upstreams) {
+      if (!known.empty()) known += ", ";
+      known += upstream_name;
+    }
+    if (known.empty()) known = "none";
+    r.fail(node, std::string(key) + " " + quote(name) + " is not defined; known upstreams: " + known);
+  }
+
+  const toml::table& root_;
+  const std::string& path_;
+};
+
+}  // namespace
+
+Config parse_config(std::string_view text, const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string_view(path));
+  } catch (const toml::parse_error& e) {
+    fail_at(path, e.source(), "", "syntax error: " + std::string(e.description()));
+  }
+  return Parser(root, path).run();
+}
+
+Config load_config(const std::string& path) {
+  auto cannot_read = [&path] { return ConfigError(path + ": cannot read: " + std::generic_category().message(errno)); };
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) throw cannot_read();
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const std::size_t n = std::fread(buf, 1, sizeof buf, file.get());
+    text.append(buf, n);
+    if (n < sizeof buf) {
+      if (std::ferror(file.get()) != 0) throw cannot_read();
+      break;
+    }
+  }
+  return parse_config(text, path);
+}
+
+}  // namespace sluice
