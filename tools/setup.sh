@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages sluice needs to build and test (and, with
+# --bench, to run the benchmark against HAProxy and nginx). Idempotent: quiet
+# and quick when everything is already there. Needs root (or sudo) on Debian 12.
+set -euo pipefail
+
+packages=(
+  g++ pkg-config meson ninja-build cmake
+  libuv1-dev libtomlplusplus-dev libspdlog-dev doctest-dev libxxhash-dev
+  libssl-dev openssl python3 python3-pytest curl procps
+  clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(haproxy nginx-light libnginx-mod-stream)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+sudo=""
+[[ $(id -u) -eq 0 ]] || sudo="sudo"
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian starts freshly installed daemons; the benchmark runs its own copies.
+if [[ " ${missing[*]} " == *" nginx-light "* || " ${missing[*]} " == *" haproxy "* ]]; then
+  for svc in nginx haproxy; do
+    $sudo service "$svc" stop >/dev/null 2>&1 || true
+  done
+fi
