@@ -6,6 +6,8 @@
 //   trial --(connect ok)--> up          trial --(connect fails)--> down
 //
 // While in trial no other connection is sent to the server (one trial at a time).
+// A trial whose outcome is never reported (the attempt was abandoned) expires
+// after fail_timeout, so a lost report cannot keep a server out forever.
 #pragma once
 
 #include <chrono>
@@ -49,8 +51,13 @@ class PassiveHealth {
   Duration fail_timeout_;
   State state_ = State::up;
   std::uint32_t fails_ = 0;
-  TimePoint window_start_{};
+  TimePoint window_start_{};  // first failure of the current counting window
   TimePoint down_until_{};
+  TimePoint down_since_{};    // when the server last became unavailable
+  TimePoint trial_until_{};   // a trial not reported by then is abandoned
 };
+
+// "250ms", "10s", "1.5s", "5m", "1h": the config file's duration style.
+std::string format_duration(Duration d);
 
 }  // namespace sluice

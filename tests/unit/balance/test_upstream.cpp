@@ -1,1 +1,234 @@
-// placeholder: being written
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "pool.hpp"
+#include "upstream/upstream.hpp"
+
+using namespace sluice;
+using namespace std::chrono_literals;
+
+namespace {
+
+const TimePoint t0{std::chrono::hours(1)};
+
+// Routes the default logger into a string for the lifetime of the object.
+class LogCapture {
+ public:
+  LogCapture() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    sink->set_pattern("%l %v");
+    auto logger = std::make_shared<spdlog::logger>("capture", sink);
+    logger->set_level(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+UpstreamConfig pg_config(Balance balance, std::uint32_t max_fails = 1) {
+  UpstreamConfig c;
+  c.name = "pg";
+  c.balance = balance;
+  c.max_fails = max_fails;
+  c.fail_timeout = 10s;
+  c.servers = {test::server_config("127.0.0.1:5432"), test::server_config("127.0.0.2:5432"),
+               test::server_config("127.0.0.3:5432", 1, 0, true)};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("ServerState: each transition is logged once, with the reason") {
+  LogCapture log;
+  ServerState s("pg", test::server_config("127.0.0.1:5432"), 2, 10s);
+  CHECK(s.passive_up());
+
+  s.report(ConnectResult::failed, "connection refused", t0);
+  CHECK(s.passive_up());
+  CHECK(s.eligible(t0));
+  CHECK(log.text().empty());
+
+  s.report(ConnectResult::failed, "connection refused", t0 + 1s);
+  CHECK_FALSE(s.passive_up());
+  CHECK_FALSE(s.eligible(t0 + 1s));
+  // A late failure of an attempt already in flight: no second line.
+  s.report(ConnectResult::timed_out, "", t0 + 2s);
+  CHECK(s.total_failures == 3);
+  CHECK(log.text() ==
+        "warning upstream \"pg\" server 127.0.0.1:5432 marked down: "
+        "2 failed connects within 10s, last: connection refused\n");
+
+  CHECK(s.eligible(t0 + 11s));
+  s.on_selected(t0 + 11s);
+  CHECK_FALSE(s.eligible(t0 + 11s));  // its trial is in flight
+  s.report(ConnectResult::connected, "", t0 + 11500ms);
+  CHECK(s.passive_up());
+  CHECK(s.eligible(t0 + 11500ms));
+  CHECK(log.text() ==
+        "warning upstream \"pg\" server 127.0.0.1:5432 marked down: "
+        "2 failed connects within 10s, last: connection refused\n"
+        "info upstream \"pg\" server 127.0.0.1:5432 is up again: "
+        "trial connection succeeded after being down for 10.5s\n");
+}
+
+TEST_CASE("ServerState: a timeout with no message gets a default reason") {
+  LogCapture log;
+  ServerState s("pg", test::server_config("127.0.0.1:5432"), 1, 10s);
+  s.report(ConnectResult::timed_out, "", t0);
+  CHECK(log.text() ==
+        "warning upstream \"pg\" server 127.0.0.1:5432 marked down: "
+        "1 failed connect within 10s, last: connect timed out\n");
+}
+
+TEST_CASE("ServerState: max_fails = 0 counts failures for metrics only") {
+  LogCapture log;
+  ServerState s("pg", test::server_config("127.0.0.1:5432"), 0, 10s);
+  for (int i = 0; i < 5; ++i) s.report(ConnectResult::failed, "connection refused", t0);
+  CHECK(s.total_failures == 5);
+  CHECK(s.passive_up());
+  CHECK(s.eligible(t0));
+  CHECK(log.text().empty());
+}
+
+TEST_CASE("ServerState: max_conns makes a server ineligible while full") {
+  ServerState s("pg", test::server_config("127.0.0.1:5432", 1, 2), 1, 10s);
+  CHECK(s.eligible(t0));
+  s.active = 2;
+  CHECK_FALSE(s.eligible(t0));
+  s.active = 1;
+  CHECK(s.eligible(t0));
+}
+
+TEST_CASE("Upstream::pick: a failing server is skipped, tried again, and restored") {
+  LogCapture log;
+  Upstream up(pg_config(Balance::round_robin));
+  REQUIRE(up.size() == 3);
+  const std::vector<bool> none(3, false);
+
+  // Server 0 refuses: marked down at once (max_fails = 1).
+  up.server(0).report(ConnectResult::failed, "connection refused", t0);
+  for (int i = 0; i < 4; ++i) {
+    const long p = up.pick(none, "", t0 + 1s);
+    CHECK(p == 1);
+    up.release(static_cast<std::size_t>(p));
+  }
+
+  // Its period is over: the next pick is its trial, and only one is sent.
+  std::vector<long> picks;
+  for (int i = 0; i < 4; ++i) picks.push_back(up.pick(none, "", t0 + 10s));
+  CHECK(std::count(picks.begin(), picks.end(), 0) == 1);
+  CHECK(std::count(picks.begin(), picks.end(), 1) == 3);
+  CHECK(up.server(0).active == 1);
+
+  // The trial succeeds: back in the rotation.
+  up.server(0).report(ConnectResult::connected, "", t0 + 10100ms);
+  std::vector<long> after;
+  for (int i = 0; i < 4; ++i) after.push_back(up.pick(none, "", t0 + 11s));
+  CHECK(std::count(after.begin(), after.end(), 0) == 2);
+  CHECK(std::count(after.begin(), after.end(), 1) == 2);
+  CHECK(up.server(0).total_sessions == 3);
+  CHECK(log.text().find("upstream \"pg\" server 127.0.0.1:5432 marked down: ") != std::string::npos);
+  CHECK(log.text().find("upstream \"pg\" server 127.0.0.1:5432 is up again: ") != std::string::npos);
+}
+
+TEST_CASE("Upstream::pick: the backup serves while every primary is down") {
+  LogCapture log;
+  Upstream up(pg_config(Balance::least_conn));
+  const std::vector<bool> none(3, false);
+  up.server(0).report(ConnectResult::failed, "connection refused", t0);
+  up.server(1).report(ConnectResult::timed_out, "connect timed out", t0);
+  CHECK(up.pick(none, "", t0 + 1s) == 2);
+  CHECK(up.pick(none, "", t0 + 1s) == 2);
+  CHECK(up.server(2).active == 2);
+  CHECK(up.server(2).total_sessions == 2);
+
+  // Both primaries' periods are over: they are tried before the backup again.
+  const long a = up.pick(none, "", t0 + 10s);
+  const long b = up.pick(none, "", t0 + 10s);
+  CHECK(((a == 0 && b == 1) || (a == 1 && b == 0)));
+  // Both trials in flight: the backup takes the next one.
+  CHECK(up.pick(none, "", t0 + 10s) == 2);
+}
+
+TEST_CASE("Upstream::pick: nothing eligible returns -1") {
+  LogCapture log;
+  Upstream up(pg_config(Balance::hash));
+  const std::vector<bool> none(3, false);
+  for (std::size_t i = 0; i < 3; ++i) {
+    up.server(i).report(ConnectResult::failed, "connection refused", t0);
+  }
+  CHECK(up.pick(none, "key", t0 + 5s) == -1);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(up.server(i).total_sessions == 0);
+  CHECK(up.pick(none, "key", t0 + 10s) >= 0);
+}
+
+TEST_CASE("Upstream: make_balancer honours the configured algorithm") {
+  // Two idle servers: round_robin and least_conn alternate; hash sticks to
+  // one server for one key.
+  for (const Balance b : {Balance::round_robin, Balance::least_conn}) {
+    Upstream up(pg_config(b));
+    const std::vector<bool> none(3, false);
+    const long first = up.pick(none, "k", t0);
+    up.release(static_cast<std::size_t>(first));
+    const long second = up.pick(none, "k", t0);
+    CHECK(first != second);
+  }
+  Upstream up(pg_config(Balance::hash));
+  const std::vector<bool> none(3, false);
+  const long first = up.pick(none, "k", t0);
+  for (int i = 0; i < 5; ++i) CHECK(up.pick(none, "k", t0) == first);
+
+  Upstream rnd(pg_config(Balance::random));
+  for (int i = 0; i < 20; ++i) {
+    const long p = rnd.pick(none, "", t0);
+    CHECK((p == 0 || p == 1));
+  }
+}
+
+TEST_CASE("Upstream::pick from many threads: counts stay exact, max_conns holds") {
+  UpstreamConfig c;
+  c.name = "pg";
+  c.servers = {test::server_config("127.0.0.1:5432", 1, 3), test::server_config("127.0.0.2:5432", 2, 3)};
+  Upstream up(c);
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 20000;
+  std::atomic<std::uint32_t> over_limit{0};
+  std::atomic<std::uint64_t> picked{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      const std::vector<bool> none(2, false);
+      for (int i = 0; i < kRounds; ++i) {
+        const long p = up.pick(none, "", t0);
+        if (p < 0) continue;
+        const auto idx = static_cast<std::size_t>(p);
+        if (up.server(idx).active.load() > up.server(idx).max_conns) over_limit.fetch_add(1);
+        picked.fetch_add(1);
+        up.release(idx);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(over_limit == 0);
+  CHECK(up.server(0).active == 0);
+  CHECK(up.server(1).active == 0);
+  CHECK(up.server(0).total_sessions + up.server(1).total_sessions == picked.load());
+  CHECK(picked.load() > 0);
+}
