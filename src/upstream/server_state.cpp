@@ -28,6 +28,8 @@ void ServerState::on_selected(TimePoint now) {
 }
 
 void ServerState::report(ConnectResult result, std::string_view error, TimePoint now) {
+  // The common case: a healthy server connected. Nothing to record, no lock.
+  if (result == ConnectResult::connected && clean_.load(std::memory_order_acquire)) return;
   PassiveHealth::Transition t;
   {
     std::lock_guard lock(mu_);
