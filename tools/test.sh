@@ -37,7 +37,7 @@ count() {
   if line=$(grep -E '^\[doctest\] test cases:' "$file" | tail -n 1) && [[ -n "$line" ]]; then
     p=$(sed -E 's/.*\| *([0-9]+) passed.*/\1/' <<<"$line")
     f=$(sed -E 's/.*\| *([0-9]+) failed.*/\1/' <<<"$line")
-  elif line=$(grep -E '^=+ .*(passed|failed|error|skipped).* in [0-9.]+s' "$file" | tail -n 1) && [[ -n "$line" ]]; then
+  elif line=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped).* in [0-9.]+s' "$file" | tail -n 1) && [[ -n "$line" ]]; then
     p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
     f=$(( $(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '[0-9]+' || echo 0) + \
           $(grep -oE '[0-9]+ errors?' <<<"$line" | grep -oE '[0-9]+' || echo 0) ))
@@ -63,7 +63,7 @@ run_step() {  # name, command...
     tail -n 60 "$out"
     echo "== $name: FAILED (exit $rc)"
   else
-    grep -E '^\[doctest\] test cases:|^=+ .* in [0-9.]+s' "$out" | tail -n 1
+    grep -E '^\[doctest\] test cases:|^(=+ )?[0-9]+ (passed|failed).* in [0-9.]+s' "$out" | tail -n 1
   fi
 }
 
@@ -81,7 +81,7 @@ if ! tools/build.sh build-ci -Dstrict=true -Dbuildtype=debugoptimized; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-suite build-ci "release"
+suite build-ci "default build"
 
 if [[ $quick -eq 0 ]]; then
   run_step "fuzz ClientHello parser ${fuzz_seconds}s" tools/fuzz.sh "$fuzz_seconds"
