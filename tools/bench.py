@@ -1,0 +1,761 @@
+#!/usr/bin/env python3
+"""Benchmark sluice against HAProxy (mode tcp) and nginx (stream) on loopback.
+
+Every system gets the same backends, the same loads and one worker thread.
+For each load the script records the proxy's own CPU time (utime + stime from
+/proc/PID/stat) and divides it by the work done, so the figures that matter
+are CPU per connection / per request / per GB and memory per idle connection,
+plus rates and latency percentiles. Ratios sluice/HAProxy and sluice/nginx are
+printed next to them.
+
+The script builds nothing: point it at a sluice binary and a loadgen binary.
+It only ever signals processes it started itself, by PID.
+"""
+
+import argparse
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ALL_SYSTEMS = ["sluice", "haproxy", "nginx"]
+ALL_LOADS = ["conn", "rr", "bulk", "idle", "tls"]
+NGINX_STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
+TLS_NAMES = ["a.bench.test", "b.bench.test"]
+CONNECT_TIMEOUT_S = 5
+IDLE_TIMEOUT_S = 600  # the same idle/session timeout in all three proxies
+
+# Load sizes. "quick" is a smoke run (about half a minute for all systems).
+PROFILES = {
+    "full": {
+        "conn_s": 10, "conn_c": 32, "payload": 64,
+        "rr_s": 10, "rr_c": 32, "rr_size": 64,
+        "bulk_bytes": 2 << 30, "bulk_c": 4,
+        "idle_count": 2000,
+        "tls_s": 10, "tls_c": 16,
+    },
+    "quick": {
+        "conn_s": 1.5, "conn_c": 32, "payload": 64,
+        "rr_s": 1.5, "rr_c": 32, "rr_size": 64,
+        "bulk_bytes": 256 << 20, "bulk_c": 4,
+        "idle_count": 500,
+        "tls_s": 1.5, "tls_c": 16,
+    },
+}
+
+
+class BenchError(Exception):
+    """A load or a proxy failed; the message says why."""
+
+
+# --------------------------------------------------------------------------
+# Processes: everything started here is tracked and stopped by PID.
+
+class Processes:
+    def __init__(self):
+        self.procs = []
+
+    def start(self, argv, log_path=None, stdin=subprocess.DEVNULL, stdout=None):
+        log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=stdin,
+                stdout=stdout if stdout is not None else log,
+                stderr=log, preexec_fn=_raise_nofile)
+        finally:
+            if log_path:
+                log.close()
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc, grace=3.0):
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+            except ProcessLookupError:
+                pass
+        for stream in (proc.stdin, proc.stdout):
+            if stream:
+                stream.close()
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def stop_all(self):
+        for proc in list(reversed(self.procs)):
+            try:
+                self.stop(proc)
+            except Exception as exc:  # keep stopping the rest
+                print(f"warning: could not stop pid {proc.pid}: {exc}", file=sys.stderr)
+
+
+def _raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# --------------------------------------------------------------------------
+# /proc readings
+
+def cpu_seconds(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            # The command name may contain spaces; fields restart after ')'.
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / CLK_TCK
+
+
+def rss_bytes(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+    return total
+
+
+def loadavg():
+    """1-minute load average: other work on the machine skews rates, not CPU/op."""
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port, proc, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.02)
+    return False
+
+
+def read_lines(proc, want, timeout, stop=None):
+    """Reads up to `want` stdout lines from `proc`, waiting at most `timeout` s.
+
+    Reads the raw fd so that select() never misses lines already buffered.
+    Stops early at EOF or at a line for which `stop(line)` is true.
+    """
+    fd = proc.stdout.fileno()
+    buf = b""
+    lines = []
+    deadline = time.monotonic() + timeout
+    while len(lines) < want and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf and len(lines) < want:
+            line, buf = buf.split(b"\n", 1)
+            lines.append(line.decode().strip())
+            if stop and stop(lines[-1]):
+                return lines
+    return lines
+
+
+def tail(path, lines=8):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:]).strip()
+    except OSError:
+        return ""
+
+
+# --------------------------------------------------------------------------
+# Backends (shared by all systems)
+
+class Backends:
+    def __init__(self, procs, loadgen, workdir, want_tls):
+        self.procs = procs
+        self.loadgen = loadgen
+        self.workdir = workdir
+        self.echo = self._serve(["--mode", "echo", "--listeners", "2"], "echo")
+        self.source = self._serve(["--mode", "source", "--listeners", "2"], "source")
+        self.tls = {}
+        if want_tls:
+            for name in TLS_NAMES:
+                cert, key = make_cert(workdir, name)
+                self.tls[name] = self._serve(["--mode", "echo", "--tls", cert, key], "tls-" + name)
+
+    def _serve(self, args, tag):
+        proc = self.procs.start([self.loadgen, "serve", *args, "--port", "0"],
+                                log_path=os.path.join(self.workdir, f"backend-{tag}.log"),
+                                stdout=subprocess.PIPE)
+        want = int(args[args.index("--listeners") + 1]) if "--listeners" in args else 1
+        ports = [int(l.split()[1]) for l in read_lines(proc, want, 5.0)
+                 if l.startswith("listening ")]
+        if len(ports) < want:
+            raise BenchError(f"backend {tag} did not start: "
+                             + tail(os.path.join(self.workdir, f"backend-{tag}.log")))
+        return ports
+
+
+def make_cert(workdir, name):
+    cert = os.path.join(workdir, name + ".crt")
+    key = os.path.join(workdir, name + ".key")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=" + name,
+         "-addext", "subjectAltName=DNS:" + name],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    return cert, key
+
+
+# --------------------------------------------------------------------------
+# Proxy configurations. `plain` = list of backend ports behind one listener;
+# `tls` = {sni name: [ports]} behind a preread listener (first name is default).
+
+def sluice_config(listen_port, plain=None, tls=None):
+    out = [
+        "[global]",
+        "workers = 1",
+        'access_log = "off"',
+        'log_level = "error"',
+        "",
+        "[[listener]]",
+        'name = "bench"',
+        f'listen = "127.0.0.1:{listen_port}"',
+        f'connect_timeout = "{CONNECT_TIMEOUT_S}s"',
+        f'idle_timeout = "{IDLE_TIMEOUT_S}s"',
+    ]
+    upstreams = {}
+    if tls:
+        names = list(tls)
+        out += ['preread = "tls"', 'preread_timeout = "5s"', "routes = ["]
+        for i, name in enumerate(names):
+            out.append(f'  {{ sni = "{name}", upstream = "u{i}" }},')
+            upstreams[f"u{i}"] = tls[name]
+        out += ["]", 'default_upstream = "u0"']
+    else:
+        out.append('upstream = "u0"')
+        upstreams["u0"] = plain
+    for name, ports in upstreams.items():
+        servers = ", ".join(f'{{ address = "127.0.0.1:{p}" }}' for p in ports)
+        out += ["", f"[upstream.{name}]", 'balance = "least_conn"', f"servers = [{servers}]"]
+    return "\n".join(out) + "\n"
+
+
+def haproxy_config(listen_port, plain=None, tls=None):
+    out = [
+        "global",
+        "    nbthread 1",
+        "    maxconn 8000",
+        "",
+        "defaults",
+        "    mode tcp",
+        f"    timeout connect {CONNECT_TIMEOUT_S}s",
+        f"    timeout client {IDLE_TIMEOUT_S}s",
+        f"    timeout server {IDLE_TIMEOUT_S}s",
+        "",
+        "frontend bench",
+        f"    bind 127.0.0.1:{listen_port}",
+    ]
+    backends = {}
+    if tls:
+        names = list(tls)
+        out += ["    tcp-request inspect-delay 5s",
+                "    tcp-request content accept if { req.ssl_hello_type 1 }"]
+        for i, name in enumerate(names):
+            out.append(f"    use_backend u{i} if {{ req.ssl_sni -i {name} }}")
+            backends[f"u{i}"] = tls[name]
+    else:
+        backends["u0"] = plain
+    out.append("    default_backend u0")
+    for name, ports in backends.items():
+        out += ["", f"backend {name}", "    balance leastconn"]
+        out += [f"    server s{i} 127.0.0.1:{p}" for i, p in enumerate(ports)]
+    return "\n".join(out) + "\n"
+
+
+def nginx_config(listen_port, workdir, plain=None, tls=None):
+    out = [
+        f"load_module {NGINX_STREAM_MODULE};",
+        "worker_processes 1;",
+        "daemon off;",
+        "master_process off;",
+        f"pid {workdir}/nginx.pid;",
+        f"error_log {workdir}/nginx-error.log crit;",
+        "worker_rlimit_nofile 20000;",
+        "events { worker_connections 16384; }",
+        "stream {",
+    ]
+    upstreams = {}
+    if tls:
+        names = list(tls)
+        out.append("  map $ssl_preread_server_name $bench_upstream {")
+        for i, name in enumerate(names):
+            out.append(f"    {name} u{i};")
+            upstreams[f"u{i}"] = tls[name]
+        out.append("    default u0;")
+        out.append("  }")
+    else:
+        upstreams["u0"] = plain
+    for name, ports in upstreams.items():
+        out.append(f"  upstream {name} {{")
+        out.append("    least_conn;")
+        out += [f"    server 127.0.0.1:{p};" for p in ports]
+        out.append("  }")
+    out += [
+        "  server {",
+        f"    listen 127.0.0.1:{listen_port};",
+        f"    proxy_connect_timeout {CONNECT_TIMEOUT_S}s;",
+        f"    proxy_timeout {IDLE_TIMEOUT_S}s;",
+    ]
+    if tls:
+        out += ["    ssl_preread on;", "    preread_timeout 5s;", "    proxy_pass $bench_upstream;"]
+    else:
+        out.append("    proxy_pass u0;")
+    out += ["  }", "}"]
+    return "\n".join(out) + "\n"
+
+
+class Proxy:
+    """One running proxy instance, fresh for every load."""
+
+    def __init__(self, procs, system, binary, workdir, tag, plain=None, tls=None):
+        self.procs = procs
+        self.port = free_port()
+        self.log = os.path.join(workdir, f"{system}-{tag}.log")
+        conf_dir = os.path.join(workdir, f"{system}-{tag}")
+        os.makedirs(conf_dir, exist_ok=True)
+        if system == "sluice":
+            path = os.path.join(conf_dir, "sluice.toml")
+            text = sluice_config(self.port, plain, tls)
+            argv = [binary, "-c", path]
+        elif system == "haproxy":
+            path = os.path.join(conf_dir, "haproxy.cfg")
+            text = haproxy_config(self.port, plain, tls)
+            argv = [binary, "-db", "-f", path]
+        else:
+            path = os.path.join(conf_dir, "nginx.conf")
+            text = nginx_config(self.port, conf_dir, plain, tls)
+            argv = [binary, "-p", conf_dir, "-e", os.path.join(conf_dir, "nginx-error.log"),
+                    "-c", path]
+        with open(path, "w") as f:
+            f.write(text)
+        self.proc = procs.start(argv, log_path=self.log)
+        if not wait_listening(self.port, self.proc):
+            code = self.proc.poll()
+            why = tail(self.log) or (f"exit code {code}" if code is not None else "not listening")
+            self.stop()
+            raise BenchError(f"{system} did not start: {why}")
+        # With one worker thread and master_process off, each proxy is one process.
+        self.pids = [self.proc.pid]
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def cpu(self):
+        return cpu_seconds(self.pids)
+
+    def rss(self):
+        return rss_bytes(self.pids)
+
+    def stop(self):
+        self.procs.stop(self.proc)
+
+
+# --------------------------------------------------------------------------
+# Loads. Each returns a dict of figures for one (system, load) run.
+
+def run_loadgen(loadgen, args, timeout):
+    res = subprocess.run([loadgen, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         timeout=timeout)
+    lines = [l for l in res.stdout.decode().splitlines() if l.startswith("{")]
+    if not lines:
+        raise BenchError(f"loadgen {args[0]} failed (exit {res.returncode}): "
+                         + res.stderr.decode().strip()[-300:])
+    return json.loads(lines[-1])
+
+
+SETTLE_S = 0.3  # lets the proxy finish tearing sessions down before reading its CPU
+
+
+def measure(proxy, fn):
+    cpu0 = proxy.cpu()
+    result = fn()
+    time.sleep(SETTLE_S)
+    if not proxy.alive():
+        raise BenchError("proxy exited during the load: " + tail(proxy.log))
+    result["proxy_cpu_s"] = proxy.cpu() - cpu0
+    return result
+
+
+def client_busy(r):
+    return 100.0 * r.get("cpu_s", 0) / r["elapsed"] if r.get("elapsed") else 0.0
+
+
+def load_conn(ctx, proxy):
+    p = ctx.profile
+    r = measure(proxy, lambda: run_loadgen(ctx.loadgen, [
+        "conn", "--target", f"127.0.0.1:{proxy.port}", "--duration", str(p["conn_s"]),
+        "--concurrency", str(p["conn_c"]), "--payload", str(p["payload"])], p["conn_s"] + 60))
+    ops = max(r["ops"], 1)
+    return {"rate": r["rate"], "p50_us": r["p50_us"], "p99_us": r["p99_us"],
+            "cpu_per_op": r["proxy_cpu_s"] * 1e6 / ops, "errors": r["errors"],
+            "client_busy": client_busy(r), "first_error": r.get("first_error", "")}
+
+
+def load_rr(ctx, proxy):
+    p = ctx.profile
+    r = measure(proxy, lambda: run_loadgen(ctx.loadgen, [
+        "rr", "--target", f"127.0.0.1:{proxy.port}", "--duration", str(p["rr_s"]),
+        "--concurrency", str(p["rr_c"]), "--size", str(p["rr_size"])], p["rr_s"] + 60))
+    ops = max(r["requests"], 1)
+    return {"rate": r["rate"], "p50_us": r["p50_us"], "p99_us": r["p99_us"],
+            "cpu_per_op": r["proxy_cpu_s"] * 1e6 / ops, "errors": r["errors"],
+            "client_busy": client_busy(r), "first_error": r.get("first_error", "")}
+
+
+def load_bulk(ctx, proxy):
+    p = ctx.profile
+    r = measure(proxy, lambda: run_loadgen(ctx.loadgen, [
+        "bulk", "--target", f"127.0.0.1:{proxy.port}", "--mode", "source",
+        "--bytes", str(p["bulk_bytes"]), "--concurrency", str(p["bulk_c"]),
+        "--timeout", "240"], 300))
+    gb = max(r["bytes"], 1) / 1e9
+    return {"rate": r["bytes_per_s"] / 1e9, "cpu_per_op": r["proxy_cpu_s"] / gb,
+            "errors": r["errors"], "client_busy": client_busy(r),
+            "first_error": r.get("first_error", "")}
+
+
+def load_idle(ctx, proxy):
+    count = ctx.profile["idle_count"]
+    rss0 = proxy.rss()
+    cpu0 = proxy.cpu()
+    proc = ctx.procs.start([ctx.loadgen, "idle", "--target", f"127.0.0.1:{proxy.port}",
+                            "--count", str(count), "--timeout", "60", "--hold", "120"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        lines = read_lines(proc, 1, 70.0)
+        if lines != [f"ready {count}"]:
+            raise BenchError("idle: connections did not all open: "
+                             + (lines[0] if lines else "timed out"))
+        time.sleep(SETTLE_S)
+        rss1 = proxy.rss()
+        cpu1 = proxy.cpu()
+        proc.stdin.close()  # loadgen closes its connections and reports
+        proc.stdin = None
+        out = read_lines(proc, 1, 30.0, stop=lambda l: l.startswith("{"))
+        proc.wait(timeout=30)
+    finally:
+        ctx.procs.stop(proc)
+    if not out or not out[-1].startswith("{"):
+        raise BenchError("idle: loadgen did not report after release")
+    summary = json.loads(out[-1])
+    if not proxy.alive():
+        raise BenchError("proxy exited during the idle load: " + tail(proxy.log))
+    return {"bytes_per_conn": (rss1 - rss0) / count, "rss_before": rss0, "rss_after": rss1,
+            "cpu_per_op": (cpu1 - cpu0) * 1e6 / count,
+            "errors": summary["errors"] + summary["dropped"],
+            "first_error": summary.get("first_error", "")}
+
+
+def load_tls(ctx, proxy):
+    p = ctx.profile
+    r = measure(proxy, lambda: run_loadgen(ctx.loadgen, [
+        "tls", "--target", f"127.0.0.1:{proxy.port}", "--sni", ",".join(TLS_NAMES),
+        "--verify-name", "--duration", str(p["tls_s"]), "--concurrency", str(p["tls_c"])],
+        p["tls_s"] + 60))
+    ops = max(r["ops"], 1)
+    return {"rate": r["rate"], "p50_us": r["p50_us"], "p99_us": r["p99_us"],
+            "cpu_per_op": r["proxy_cpu_s"] * 1e6 / ops, "errors": r["errors"],
+            "client_busy": client_busy(r), "first_error": r.get("first_error", "")}
+
+
+LOAD_FUNCS = {"conn": load_conn, "rr": load_rr, "bulk": load_bulk, "idle": load_idle,
+              "tls": load_tls}
+
+
+# --------------------------------------------------------------------------
+# Reporting
+
+def describe(load, p):
+    return {
+        "conn": f"short connections: connect, {p['payload']} B echo, close; "
+                f"{p['conn_c']} concurrent, {p['conn_s']} s",
+        "rr": f"keep-alive request/response: {p['rr_size']} B each way on "
+              f"{p['rr_c']} persistent connections, {p['rr_s']} s",
+        "bulk": f"bulk download: {p['bulk_bytes'] / (1 << 30):g} GiB from a streaming backend "
+                f"over {p['bulk_c']} connections",
+        "idle": f"idle memory: {p['idle_count']} proxied connections held open",
+        "tls": f"TLS preread: full handshakes routed by SNI ({len(TLS_NAMES)} names, "
+               f"certificate checked), one echo, close; {p['tls_c']} concurrent, {p['tls_s']} s",
+    }[load]
+
+
+# (key, header, format) per load; the first key is the rate, the last the cost.
+COLUMNS = {
+    "conn": [("rate", "conn/s", "{:.0f}"), ("p50_us", "p50 µs", "{:.0f}"),
+             ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}")],
+    "rr": [("rate", "req/s", "{:.0f}"), ("p50_us", "p50 µs", "{:.0f}"),
+           ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/req", "{:.2f}")],
+    "bulk": [("rate", "GB/s", "{:.2f}"), ("cpu_per_op", "CPU s/GB", "{:.3f}")],
+    "idle": [("bytes_per_conn", "bytes/conn", "{:.0f}"), ("rss_before", "RSS before KiB", "{:.0f}"),
+             ("rss_after", "RSS after KiB", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}")],
+    "tls": [("rate", "conn/s", "{:.0f}"), ("p50_us", "p50 µs", "{:.0f}"),
+            ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}")],
+}
+
+
+# Ratios printed under each table: (key, label). A rate ratio above 1 means sluice
+# is faster; a cost ratio below 1 means sluice spends less.
+RATIOS = {
+    "conn": [("rate", "rate"), ("cpu_per_op", "CPU/conn")],
+    "rr": [("rate", "rate"), ("p99_us", "p99"), ("cpu_per_op", "CPU/req")],
+    "bulk": [("rate", "throughput"), ("cpu_per_op", "CPU/GB")],
+    "idle": [("bytes_per_conn", "memory/conn"), ("cpu_per_op", "CPU/conn to open")],
+    "tls": [("rate", "rate"), ("cpu_per_op", "CPU/conn")],
+}
+
+
+def median_of(runs, key):
+    vals = [r[key] for r in runs if key in r]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(results, systems, load):
+    """results[system][load] is a list of run dicts or an error string."""
+    out = {}
+    for system in systems:
+        runs = results[system].get(load)
+        if isinstance(runs, str) or not runs:
+            out[system] = runs or "not run"
+            continue
+        summary = {key: median_of(runs, key) for key, _, _ in COLUMNS[load]}
+        costs = [r["cpu_per_op"] for r in runs if "cpu_per_op" in r]
+        summary["cpu_range"] = (min(costs), max(costs)) if costs else None
+        summary["errors"] = sum(r.get("errors", 0) for r in runs)
+        summary["client_busy"] = median_of(runs, "client_busy")
+        summary["runs"] = len(runs)
+        firsts = [r["first_error"] for r in runs if r.get("first_error")]
+        summary["first_error"] = firsts[0] if firsts else ""
+        out[system] = summary
+    return out
+
+
+def fmt_ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "–"
+    return f"{a / b:.2f}"
+
+
+def print_table(load, summary, systems, profile):
+    cols = COLUMNS[load]
+    print(f"\n### {load}: {describe(load, profile)}\n")
+    header = ["system"] + [h for _, h, _ in cols] + ["errors", "client CPU %"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for system in systems:
+        s = summary[system]
+        if isinstance(s, str):
+            print(f"| {system} | failed: {s[:120]} |")
+            continue
+        cells = [system]
+        for key, _, fmt in cols:
+            val = s[key]
+            if key.startswith("rss"):
+                val = val / 1024 if val is not None else None
+            cell = fmt.format(val) if val is not None else "–"
+            if key == "cpu_per_op" and s["runs"] > 1 and s["cpu_range"]:
+                lo, hi = s["cpu_range"]
+                cell += f" ({fmt.format(lo)}–{fmt.format(hi)})"
+            cells.append(cell)
+        cells.append(str(s["errors"]))
+        cells.append(f"{s['client_busy']:.0f}" if s.get("client_busy") is not None else "–")
+        print("| " + " | ".join(cells) + " |")
+    ratio_rows = []
+    if "sluice" in systems and not isinstance(summary["sluice"], str):
+        for other in ("haproxy", "nginx"):
+            if other in systems and not isinstance(summary[other], str):
+                ratio_rows.append(other)
+    if ratio_rows:
+        print()
+        for other in ratio_rows:
+            a, b = summary["sluice"], summary[other]
+            parts = [f"{name} {fmt_ratio(a[key], b[key])}×" for key, name in RATIOS[load]]
+            print(f"sluice/{other}: " + ", ".join(parts))
+    for system in systems:
+        s = summary[system]
+        if not isinstance(s, str) and s["first_error"]:
+            print(f"\n{system}: first error: {s['first_error']}")
+
+
+# One line per headline figure in the closing summary: (load, key, label, format).
+HEADLINES = [
+    ("conn", "rate", "short connections, conn/s", "{:.0f}"),
+    ("conn", "cpu_per_op", "short connections, CPU µs/conn", "{:.1f}"),
+    ("rr", "rate", "keep-alive, req/s", "{:.0f}"),
+    ("rr", "p99_us", "keep-alive, p99 µs", "{:.0f}"),
+    ("rr", "cpu_per_op", "keep-alive, CPU µs/req", "{:.2f}"),
+    ("bulk", "rate", "bulk, GB/s", "{:.2f}"),
+    ("bulk", "cpu_per_op", "bulk, CPU s/GB", "{:.3f}"),
+    ("idle", "bytes_per_conn", "idle, bytes/conn", "{:.0f}"),
+    ("tls", "rate", "TLS preread, conn/s", "{:.0f}"),
+    ("tls", "cpu_per_op", "TLS preread, CPU µs/conn", "{:.1f}"),
+]
+
+
+def print_summary(summaries, systems):
+    others = [o for o in ("haproxy", "nginx") if o in systems and "sluice" in systems]
+    header = ["figure"] + systems + [f"sluice/{o}" for o in others]
+    print("\n### summary (medians)\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for load, key, label, fmt in HEADLINES:
+        if load not in summaries:
+            continue
+        row = summaries[load]
+        cells = [label]
+        for system in systems:
+            v = row[system]
+            cells.append("failed" if isinstance(v, str) else
+                         (fmt.format(v[key]) if v.get(key) is not None else "–"))
+        for other in others:
+            a, b = row["sluice"], row[other]
+            ok = not isinstance(a, str) and not isinstance(b, str)
+            cells.append(fmt_ratio(a[key], b[key]) if ok else "–")
+        print("| " + " | ".join(cells) + " |")
+
+
+# --------------------------------------------------------------------------
+
+class Context:
+    pass
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sluice", default="build/sluice")
+    ap.add_argument("--loadgen", default="build/tools/loadgen")
+    ap.add_argument("--haproxy", default=shutil.which("haproxy") or "/usr/sbin/haproxy")
+    ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    ap.add_argument("--only", default=",".join(ALL_SYSTEMS),
+                    help="comma-separated systems (sluice,haproxy,nginx)")
+    ap.add_argument("--loads", default=",".join(ALL_LOADS),
+                    help="comma-separated loads (conn,rr,bulk,idle,tls)")
+    ap.add_argument("--quick", action="store_true", help="short smoke run (about 30 s)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per load; figures are medians")
+    ap.add_argument("--json", metavar="FILE", help="also write every run's raw figures here")
+    args = ap.parse_args()
+    args.systems = [s for s in args.only.split(",") if s]
+    args.load_list = [l for l in args.loads.split(",") if l]
+    bad = [s for s in args.systems if s not in ALL_SYSTEMS] + \
+          [l for l in args.load_list if l not in ALL_LOADS]
+    if bad:
+        ap.error("unknown system or load: " + ", ".join(bad))
+    if not 1 <= args.repeat <= 20:
+        ap.error("--repeat must be 1..20")
+    return args
+
+
+def main():
+    args = parse_args()
+    if not os.access(args.loadgen, os.X_OK):
+        print(f"bench: loadgen not found at {args.loadgen} (build it first)", file=sys.stderr)
+        return 2
+    binaries = {"sluice": args.sluice, "haproxy": args.haproxy, "nginx": args.nginx}
+    profile = PROFILES["quick" if args.quick else "full"]
+    if "tls" in args.load_list and not shutil.which("openssl"):
+        print("bench: openssl command not found; skipping the tls load", file=sys.stderr)
+        args.load_list.remove("tls")
+
+    load_before = loadavg()
+    procs = Processes()
+    workdir = tempfile.mkdtemp(prefix="sluice-bench-")
+    results = {s: {} for s in args.systems}
+    started = time.monotonic()
+    try:
+        backends = Backends(procs, args.loadgen, workdir, "tls" in args.load_list)
+        ctx = Context()
+        ctx.procs, ctx.loadgen, ctx.profile = procs, args.loadgen, profile
+        for rep in range(args.repeat):
+            # Rotate the order so that no system always runs first or last.
+            k = rep % len(args.systems)
+            for system in args.systems[k:] + args.systems[:k]:
+                binary = binaries[system]
+                for load in args.load_list:
+                    if isinstance(results[system].get(load), str):
+                        continue  # failed before; do not retry every repeat
+                    tag = f"{load}-{rep}"
+                    if load == "bulk":
+                        shape = {"plain": backends.source}
+                    elif load == "tls":
+                        shape = {"tls": backends.tls}
+                    else:
+                        shape = {"plain": backends.echo}
+                    proxy = None
+                    try:
+                        if not os.access(binary, os.X_OK):
+                            raise BenchError(f"binary not found: {binary}")
+                        proxy = Proxy(procs, system, binary, workdir, tag, **shape)
+                        run = LOAD_FUNCS[load](ctx, proxy)
+                        results[system].setdefault(load, []).append(run)
+                        print(f"[{time.monotonic() - started:6.1f}s] {system:8} {load:5} run {rep + 1}: "
+                              + ", ".join(f"{k}={v:.4g}" for k, v in run.items()
+                                          if isinstance(v, (int, float))),
+                              file=sys.stderr, flush=True)
+                    except (BenchError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
+                        msg = str(exc).replace("\n", " ")
+                        results[system][load] = msg
+                        print(f"[{time.monotonic() - started:6.1f}s] {system:8} {load:5} FAILED: {msg}",
+                              file=sys.stderr, flush=True)
+                    finally:
+                        if proxy is not None:
+                            proxy.stop()
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        procs.stop_all()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    print(f"# sluice benchmark ({'quick' if args.quick else 'full'} profile, "
+          f"{args.repeat} run(s) each, medians; {os.cpu_count()} CPUs; "
+          f"load average {load_before} before, {loadavg()} after)")
+    for system in args.systems:
+        if all(isinstance(results[system].get(l), str) for l in args.load_list):
+            print(f"\n{system} FAILED: {results[system][args.load_list[0]]}")
+    summaries = {}
+    for load in args.load_list:
+        summaries[load] = summarize(results, args.systems, load)
+        print_table(load, summaries[load], args.systems, profile)
+    print_summary(summaries, args.systems)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"profile": profile, "repeat": args.repeat, "runs": results,
+                       "summary": summaries}, f, indent=1)
+    failed = any(isinstance(results[s].get(l), str) for s in args.systems for l in args.load_list)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
