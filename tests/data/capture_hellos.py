@@ -145,6 +145,11 @@ CLIENTS = {
     "openssl_tls13_nosni": (s_client("-tls1_3", "-noservername"), True),
     "openssl_tls13_alpn": (s_client("-tls1_3", "-servername", "alpn13.example.com",
                                     "-alpn", "h2,http/1.1"), True),
+    # A 1 KiB ffdhe8192 key share: the size class of post-quantum hybrid hellos,
+    # from a real client this openssl can run.
+    "openssl_large_keyshare": (s_client("-tls1_3", "-groups", "ffdhe8192:x25519",
+                                        "-servername", "large.example.com",
+                                        "-alpn", "h2,http/1.1"), True),
     "python_ssl": (lambda port: [sys.executable, "-c", PYTHON_CLIENT, str(port)], True),
     "curl": (curl(), True),
     "curl_http11": (curl("--http1.1", host="h1.curl.example.org"), True),

@@ -205,6 +205,7 @@ const std::vector<Capture>& captures() {
       {"hello_openssl_tls13_sni.bin", true, "tls13.example.com", {}, 0x0303},
       {"hello_openssl_tls13_nosni.bin", false, "", {}, 0x0303},
       {"hello_openssl_tls13_alpn.bin", true, "alpn13.example.com", {"h2", "http/1.1"}, 0x0303},
+      {"hello_openssl_large_keyshare.bin", true, "large.example.com", {"h2", "http/1.1"}, 0x0303},
       {"hello_python_ssl.bin", true, "python.example.net", {"h2", "http/1.1"}, 0x0303},
       {"hello_curl.bin", true, "curl.example.org", {"h2", "http/1.1"}, 0x0303},
       {"hello_curl_http11.bin", true, "h1.curl.example.org", {"http/1.1"}, 0x0303},
