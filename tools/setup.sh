@@ -9,6 +9,7 @@ packages=(
   libuv1-dev libtomlplusplus-dev libspdlog-dev doctest-dev libxxhash-dev
   libssl-dev openssl python3 python3-pytest curl procps
   clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
+  postgresql postgresql-client redis-server redis-tools   # database end-to-end tests
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(haproxy nginx-light libnginx-mod-stream)
@@ -27,9 +28,12 @@ echo "setup: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# Debian starts freshly installed daemons; the benchmark runs its own copies.
-if [[ " ${missing[*]} " == *" nginx-light "* || " ${missing[*]} " == *" haproxy "* ]]; then
-  for svc in nginx haproxy; do
-    $sudo service "$svc" stop >/dev/null 2>&1 || true
+# Debian starts freshly installed daemons; the tests and the benchmark run
+# their own copies on ephemeral ports, so stop the system ones we just added.
+for svc in nginx haproxy postgresql redis-server; do
+  for p in "${missing[@]}"; do
+    if [[ "$p" == "$svc" || ( "$svc" == nginx && "$p" == nginx-light ) ]]; then
+      $sudo service "$svc" stop >/dev/null 2>&1 || true
+    fi
   done
-fi
+done
