@@ -144,7 +144,7 @@ int run_bulk(const Options& opts) {
     slots.push_back(std::make_unique<BulkSlot>(*load, share));
   }
   auto start = Clock::now();
-  auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+  auto deadline = after_seconds(start, timeout);
   for (auto& s : slots) s->start();
   run_until(load->poller, stop, deadline, [&] { return load->finished == slots.size(); }, [] {});
   double elapsed = seconds_between(start, Clock::now());

@@ -130,7 +130,7 @@ int run_idle(const Options& opts) {
   auto start = Clock::now();
   {
     StopSignal stop(load->poller, false);
-    auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+    auto deadline = after_seconds(start, timeout);
     std::size_t next = 0;
     auto feed = [&] {
       // Walk forward from the last start; failed slots are picked up on later passes.
@@ -152,7 +152,7 @@ int run_idle(const Options& opts) {
     std::fflush(stdout);
     load->holding = true;
     StopSignal stop(load->poller, true);
-    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(hold));
+    auto deadline = after_seconds(Clock::now(), hold);
     run_until(load->poller, stop, deadline, [] { return false; }, [] {});
   } else {
     load->errors.add("only " + std::to_string(load->ready) + " of " + std::to_string(count) +

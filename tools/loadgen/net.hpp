@@ -16,6 +16,11 @@ inline double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// The time point `seconds` after `from`.
+inline Clock::time_point after_seconds(Clock::time_point from, double seconds) {
+  return from + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 // A resolved "host:port" or "[v6]:port" (numeric hosts and names via getaddrinfo).
 struct Target {
   std::string text;

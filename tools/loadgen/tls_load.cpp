@@ -13,24 +13,18 @@
 #include <openssl/x509v3.h>
 #include <unistd.h>
 
-#include "client_util.hpp"
 #include "commands.hpp"
+#include "slot_driver.hpp"
 
 namespace loadgen {
 namespace {
 
-struct TlsLoad {
-  Poller poller;
-  Target target;
+struct TlsLoad : SlotLoad {
   SSL_CTX* ctx = nullptr;
   std::vector<std::string> names;
   std::size_t next_name = 0;
   bool verify_name = false;
   std::vector<char> payload;
-  bool running = true;
-  std::uint64_t ops = 0;
-  LatencyRecorder latency;
-  ErrorTally errors;
 };
 
 std::string ssl_error_text(const char* what) {
@@ -109,6 +103,9 @@ class TlsSlot : public Handler {
     start();
   }
 
+  void abandon() { reset(); }
+
+ private:
   void reset() {
     if (ssl_ != nullptr) SSL_free(ssl_);
     ssl_ = nullptr;
@@ -117,7 +114,6 @@ class TlsSlot : public Handler {
     state_ = State::idle;
   }
 
- private:
   bool peer_matches() {
     X509* cert = SSL_get1_peer_certificate(ssl_);
     if (cert == nullptr) return false;
@@ -179,15 +175,10 @@ int run_tls(const Options& opts) {
     std::fprintf(stderr, "loadgen tls: --sni NAME[,NAME...] is required\n");
     return 2;
   }
-  double duration = opts.seconds("duration", 10.0);
-  auto concurrency = opts.count("concurrency", 16);
-  auto payload = opts.count("payload", 32);
-  if (concurrency < 1 || concurrency > 10000 || payload < 1 || payload > 16384) {
-    std::fprintf(stderr, "loadgen tls: --concurrency 1..10000, --payload 1..16384\n");
-    return 2;
-  }
+  auto o = slot_options(opts, "tls", 16, {"payload", 32, 16384, "16384"});
+  if (!o) return 2;
   load->verify_name = opts.has("verify-name");
-  load->payload.assign(payload, 't');
+  load->payload.assign(o->size, 't');
   load->ctx = make_client_tls();
   if (load->ctx == nullptr) {
     std::fprintf(stderr, "loadgen tls: cannot create a TLS context\n");
@@ -196,30 +187,9 @@ int run_tls(const Options& opts) {
   raise_fd_limit();
   StopSignal stop(load->poller, false);
 
-  std::vector<std::unique_ptr<TlsSlot>> slots;
-  for (std::uint64_t i = 0; i < concurrency; ++i) slots.push_back(std::make_unique<TlsSlot>(*load));
-  auto start = Clock::now();
-  auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
-  for (auto& s : slots) s->start();
-  run_until(load->poller, stop, deadline, [] { return false; }, [&] {
-    auto now = Clock::now();
-    for (auto& s : slots) {
-      if (s->ready_to_start(now)) s->start();
-    }
-  });
-  load->running = false;
-  double elapsed = seconds_between(start, Clock::now());
-  slots.clear();
+  double elapsed = drive_slots<TlsSlot>(*load, stop, o->concurrency, o->duration);
   SSL_CTX_free(load->ctx);
-
-  JsonLine line;
-  line.add("load", std::string("tls")).add("target", load->target.text);
-  line.add("concurrency", concurrency).add("ops", load->ops);
-  line.add("rate", static_cast<double>(load->ops) / elapsed);
-  line.add("p50_us", load->latency.percentile_us(50)).add("p99_us", load->latency.percentile_us(99));
-  add_common(line, elapsed, load->errors);
-  line.print();
-  return load->ops > 0 ? 0 : 1;
+  return report_slot_load("tls", *load, o->concurrency, elapsed, "ops", [](JsonLine&) {});
 }
 
 }  // namespace loadgen
