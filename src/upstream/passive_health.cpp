@@ -13,7 +13,12 @@ using std::chrono::milliseconds;
 
 std::string format_duration(Duration d) {
   const auto ms = d.count();
-  if (ms < 0) return "-" + format_duration(Duration(-ms));
+  if (ms < 0) {
+    // Built by append: GCC 12 at -O3 misreports "-" + std::string as -Wrestrict.
+    std::string out = "-";
+    out += format_duration(Duration(-ms));
+    return out;
+  }
   if (ms == 0) return "0s";
   if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
   if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
