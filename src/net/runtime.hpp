@@ -26,6 +26,10 @@ struct ListenerRuntime {
   Upstream* upstream = nullptr;          // plain listeners
   Upstream* default_upstream = nullptr;  // TLS preread listeners, may be null
   std::unique_ptr<preread::SniRouter> router;  // TLS preread listeners
+  // The client's address is read at accept only when something uses it: the
+  // access log, or a hash on the client IP. (Debug logging is checked per
+  // session, as its level is a property of the logger.)
+  bool needs_client_address = false;
 };
 
 struct Runtime {

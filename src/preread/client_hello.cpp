@@ -153,6 +153,7 @@ const char* parse_client_hello(Reader msg, ClientHelloInfo& info) {
   }
 
   std::vector<std::uint16_t> seen;
+  seen.reserve(exts.remaining() / 4);  // an extension takes at least 4 bytes
   while (!exts.empty()) {
     std::size_t type = 0;
     std::size_t ext_len = 0;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sluice::preread {
@@ -35,6 +36,13 @@ class ClientHelloParser {
   const ClientHelloInfo& info() const { return info_; }
   // Human-readable reason for malformed / not_tls (for debug logs).
   const char* error() const { return error_; }
+
+  // The raw input taken so far, as received (never more than max_bytes).
+  std::size_t input_size() const { return records_.size(); }
+  // Hands that input over (a proxy forwards it), so that the caller need not
+  // keep a second copy. Only once a final status is reached: the parser is
+  // spent afterwards.
+  std::vector<std::uint8_t> take_input() { return std::move(records_); }
 
  private:
   Status step();

@@ -40,6 +40,10 @@ struct Pump {
 
   // Begins reading from src. Returns a libuv error code (0 on success).
   int start();
+  // Takes over a src that is already being read by a callback which hands
+  // everything to on_read() (a preread that ran straight into PROXYING), so
+  // that reading need not stop and start again.
+  void adopt_reading() { reading = true; }
   // Stops reading (session closing); idempotent.
   void stop();
   // Queues bytes that were read before the pump started (e.g. a preread

@@ -18,12 +18,13 @@ uv_stream_t* as_stream(uv_tcp_t* t) { return reinterpret_cast<uv_stream_t*>(t); 
 
 std::uint64_t ms(Duration d) { return static_cast<std::uint64_t>(d.count()); }
 
-std::string ip_only(const sockaddr_storage& ss) {
+// Address text without the port, for hashing on the client IP.
+std::string ip_only(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = "";
-  if (ss.ss_family == AF_INET) {
-    uv_ip4_name(reinterpret_cast<const sockaddr_in*>(&ss), buf, sizeof buf);
-  } else if (ss.ss_family == AF_INET6) {
-    uv_ip6_name(reinterpret_cast<const sockaddr_in6*>(&ss), buf, sizeof buf);
+  if (sa->sa_family == AF_INET) {
+    uv_ip4_name(reinterpret_cast<const sockaddr_in*>(sa), buf, sizeof buf);
+  } else if (sa->sa_family == AF_INET6) {
+    uv_ip6_name(reinterpret_cast<const sockaddr_in6*>(sa), buf, sizeof buf);
   }
   return buf;
 }
@@ -87,11 +88,11 @@ void Session::begin() {
   uv_loop_t* loop = worker_.loop();
   start_ms_ = last_activity_ms_ = uv_now(loop);
 
-  sockaddr_storage peer{};
-  int len = sizeof peer;
-  if (uv_tcp_getpeername(&client_, reinterpret_cast<sockaddr*>(&peer), &len) == 0) {
-    client_addr_ = format_sockaddr(reinterpret_cast<const sockaddr*>(&peer));
-    client_ip_ = ip_only(peer);
+  // Read now: after a reset the kernel no longer knows it. Skipped (one
+  // system call per connection) when nothing would use it.
+  if (lr_.needs_client_address || spdlog::should_log(spdlog::level::debug)) {
+    int len = sizeof peer_;
+    if (uv_tcp_getpeername(&client_, &peer_.sa, &len) != 0) peer_.sa.sa_family = AF_UNSPEC;
   }
 
   const Config& cfg = *runtime_->config;
@@ -113,35 +114,60 @@ void Session::begin() {
 void Session::begin_preread() {
   set_state(State::prereading);
   parser_ = std::make_unique<preread::ClientHelloParser>(lr_.config->preread_max_bytes);
-  if (int r = uv_read_start(as_stream(&client_), on_preread_alloc, on_preread_read); r < 0) {
+  if (int r = uv_read_start(as_stream(&client_), on_client_alloc, on_client_read); r < 0) {
     finish(Cause::client_reset);
     return;
   }
+  client_reading_ = true;
   arm_timer();
 }
 
-void Session::on_preread_alloc(uv_handle_t* h, std::size_t /*suggested*/, uv_buf_t* buf) {
+void Session::on_client_alloc(uv_handle_t* h, std::size_t /*suggested*/, uv_buf_t* buf) {
   Session* s = static_cast<Pump*>(h->data)->session;
   Buffer* b = s->pool().get();
   *buf = uv_buf_init(b->data, Buffer::kSize);
 }
 
-void Session::on_preread_read(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
+// The client's read callback from the start of a preread until its pump takes
+// over. It stays installed while connecting and into PROXYING, so that the
+// client is never stopped and restarted (each restart costs epoll_ctl calls).
+void Session::on_client_read(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
   Session* s = static_cast<Pump*>(st->data)->session;
+  if (s->state_ == State::proxying) {
+    Pump::on_read(st, nread, buf);
+    return;
+  }
   if (nread > 0 && s->state_ == State::prereading) {
     s->on_preread_data(buf->base, static_cast<std::size_t>(nread));
+  } else if (nread > 0 && s->state_ == State::connecting) {
+    // Bytes after the hello, before the server is there: they follow the
+    // hello, and reading waits for the pump.
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(buf->base);
+    s->preread_bytes_.insert(s->preread_bytes_.end(), bytes, bytes + nread);
+    s->stop_client_reading();
   }
   if (buf->base != nullptr) s->pool().put(Buffer::from_data(buf->base));
-  if (nread >= 0 || s->state_ != State::prereading) return;
-  s->finish(nread == UV_EOF ? Cause::client_closed : Cause::client_reset);
+  if (nread >= 0) return;
+  if (s->state_ == State::prereading) {
+    s->finish(nread == UV_EOF ? Cause::client_closed : Cause::client_reset);
+  } else if (s->state_ == State::connecting) {
+    // EOF or an error while connecting: the pump handles it once it starts.
+    s->client_end_ = nread;
+    s->stop_client_reading();
+  }
+}
+
+void Session::stop_client_reading() {
+  if (client_reading_) uv_read_stop(as_stream(&client_));
+  client_reading_ = false;
 }
 
 void Session::on_preread_data(const char* data, std::size_t len) {
   touch();
-  preread_bytes_.insert(preread_bytes_.end(), data, data + len);
   const auto* bytes = reinterpret_cast<const std::uint8_t*>(data);
   const ListenerConfig& lc = *lr_.config;
   Upstream* up = nullptr;
+  const std::size_t held = parser_->input_size();
   switch (parser_->feed({bytes, len})) {
     case preread::Status::need_more:
       return;
@@ -168,7 +194,7 @@ void Session::on_preread_data(const char* data, std::size_t len) {
       up = lr_.default_upstream;
       break;
     case preread::Status::malformed:
-      SPDLOG_DEBUG("listener \"{}\" client {}: malformed ClientHello: {}", lc.name, client_addr_,
+      SPDLOG_DEBUG("listener \"{}\" client {}: malformed ClientHello: {}", lc.name, client_address(),
                    parser_->error());
       if (lc.on_malformed == OnMalformed::close || !lr_.default_upstream) {
         finish(Cause::preread_malformed);
@@ -177,7 +203,12 @@ void Session::on_preread_data(const char* data, std::size_t len) {
       up = lr_.default_upstream;
       break;
   }
-  uv_read_stop(as_stream(&client_));
+  // What the server gets first, byte for byte: the input the parser holds,
+  // then whatever this read carried past the parser's cap.
+  const std::size_t taken = parser_->input_size() - held;
+  preread_bytes_ = parser_->take_input();
+  preread_bytes_.insert(preread_bytes_.end(), bytes + taken, bytes + len);
+  // The client keeps being read while connecting (see on_client_read).
   parser_.reset();
   route_and_connect(up);
 }
@@ -192,13 +223,20 @@ void Session::route_and_connect(Upstream* up) {
   connect_next();
 }
 
+std::string Session::client_address() const {
+  if (peer_.sa.sa_family != AF_INET && peer_.sa.sa_family != AF_INET6) return {};
+  return format_sockaddr(&peer_.sa);
+}
+
+std::string Session::client_ip() const { return ip_only(&peer_.sa); }
+
 std::string Session::hash_key() const {
   const UpstreamConfig& uc = upstream_->config();
   if (uc.balance != Balance::hash) return {};
   switch (uc.hash_key) {
     case HashKey::sni: return sni_;
-    case HashKey::client_ip: return client_ip_;
-    case HashKey::sni_or_client_ip: return sni_.empty() ? client_ip_ : sni_;
+    case HashKey::client_ip: return client_ip();
+    case HashKey::sni_or_client_ip: return sni_.empty() ? client_ip() : sni_;
   }
   return {};
 }
@@ -233,6 +271,13 @@ void Session::connect_next() {
     attempt_failed(ConnectResult::failed, r);
     return;
   }
+  // Reading the server starts with the connect: libuv delivers nothing before
+  // the connect callback, and epoll then only has to drop POLLOUT instead of
+  // re-adding the socket once the connect completes.
+  if (r = s2c_.start(); r < 0) {
+    attempt_failed(ConnectResult::failed, r);
+    return;
+  }
   attempt_deadline_ms_ = now + ms(lc.connect_timeout);
   arm_timer();
 }
@@ -252,10 +297,11 @@ void Session::attempt_failed(ConnectResult result, int err) {
   ServerState& st = upstream_->server(static_cast<std::size_t>(server_index_));
   const char* why = result == ConnectResult::timed_out ? "connect timed out" : uv_strerror(err);
   SPDLOG_DEBUG("listener \"{}\" client {}: connect to {} failed (attempt {}): {}", lr_.config->name,
-               client_addr_, st.address.text, attempts_, why);
+               client_address(), st.address.text, attempts_, why);
   st.report(result, why, Clock::now());
   release_server();
   // The next attempt needs a fresh handle; it starts from the close callback.
+  s2c_.stop();
   server_closing_ = true;
   uv_close(as_handle(&server_), on_close_cb);
 }
@@ -276,17 +322,22 @@ void Session::start_proxying() {
   touch();
   if (!preread_bytes_.empty()) {
     // The ClientHello goes to the server first, byte for byte.
-    if (int r = c2s_.write_initial(preread_bytes_.data(), preread_bytes_.size(), &preread_write_); r < 0) {
+    char* hello = reinterpret_cast<char*>(preread_bytes_.data());
+    if (int r = c2s_.write_initial(hello, preread_bytes_.size(), &preread_write_); r < 0) {
       finish(Cause::server_reset);
       return;
     }
   }
-  if (c2s_.start() < 0) {
+  if (client_end_ != 0) {
+    // The client ended while connecting: the pump sees it as if just read.
+    uv_buf_t none = uv_buf_init(nullptr, 0);
+    Pump::on_read(as_stream(&client_), client_end_, &none);
+    if (closing()) return;
+  } else if (client_reading_) {
+    c2s_.adopt_reading();
+    client_reading_ = false;  // the pump's now
+  } else if (c2s_.start() < 0) {
     finish(Cause::client_reset);
-    return;
-  }
-  if (s2c_.start() < 0) {
-    finish(Cause::server_reset);
     return;
   }
   arm_timer();
@@ -306,7 +357,7 @@ void Session::on_pump_fin_sent(Pump& /*p*/) {
 
 void Session::on_pump_error(Pump& p, int err, bool at_dst) {
   bool client_side = at_dst ? !p.src_is_client : p.src_is_client;
-  SPDLOG_DEBUG("listener \"{}\" client {}: {} {} error: {}", lr_.config->name, client_addr_, p.name,
+  SPDLOG_DEBUG("listener \"{}\" client {}: {} {} error: {}", lr_.config->name, client_address(), p.name,
                at_dst ? "write" : "read", uv_strerror(err));
   // A side that already sent its FIN and then refuses our remaining bytes has
   // closed; anything else is a reset.
@@ -343,24 +394,42 @@ void Session::arm_timer() {
       break;
   }
   if (deadline == 0) {
-    uv_timer_stop(&timer_);
+    if (timer_due_ms_ != 0) uv_timer_stop(&timer_);
+    timer_due_ms_ = 0;
     return;
   }
+  // A timer due no later than the new deadline is left alone: on_timer()
+  // checks every deadline and re-arms when it fires early. Most sessions end
+  // before their first deadline, so they arm the timer once and never move it.
+  if (timer_due_ms_ != 0 && timer_due_ms_ <= deadline) return;
   std::uint64_t now = uv_now(worker_.loop());
   uv_timer_start(&timer_, on_timer_cb, deadline > now ? deadline - now : 0, 0);
+  timer_due_ms_ = deadline;
 }
 
-void Session::on_timer_cb(uv_timer_t* t) { static_cast<Session*>(t->data)->on_timer(); }
+void Session::on_timer_cb(uv_timer_t* t) {
+  auto* s = static_cast<Session*>(t->data);
+  s->timer_due_ms_ = 0;
+  s->on_timer();
+}
 
 void Session::on_timer() {
   const ListenerConfig& lc = *lr_.config;
   std::uint64_t now = uv_now(worker_.loop());
   switch (state_) {
     case State::prereading:
-      finish(Cause::preread_timeout);
+      if (now >= start_ms_ + ms(lc.preread_timeout)) {
+        finish(Cause::preread_timeout);
+      } else {
+        arm_timer();
+      }
       return;
     case State::connecting:
-      if (!server_closing_ && now >= attempt_deadline_ms_) attempt_failed(ConnectResult::timed_out, 0);
+      if (now < attempt_deadline_ms_) {
+        arm_timer();  // armed for an earlier deadline (preread, an earlier attempt)
+      } else if (!server_closing_) {
+        attempt_failed(ConnectResult::timed_out, 0);
+      }
       return;
     case State::proxying:
       if (lc.max_lifetime.count() > 0 && now >= start_ms_ + ms(lc.max_lifetime)) {
@@ -394,8 +463,9 @@ void Session::finish(Cause cause) {
   set_state(State::closing);
   c2s_.stop();
   s2c_.stop();
-  if (parser_) uv_read_stop(as_stream(&client_));
+  stop_client_reading();
   uv_timer_stop(&timer_);
+  timer_due_ms_ = 0;
   release_server();
   uv_close(as_handle(&client_), on_close_cb);
   uv_close(as_handle(&timer_), on_close_cb);
@@ -426,9 +496,10 @@ void Session::on_handle_closed(uv_handle_t* h) {
     runtime_->causes[static_cast<std::size_t>(cause_)].fetch_add(1, std::memory_order_relaxed);
     if (runtime_->access_log->enabled()) {
       std::uint64_t now = uv_now(worker_.loop());
+      const std::string client = client_address();
       AccessRecord r;
       r.listener = lr_.config->name;
-      r.client = client_addr_;
+      r.client = client;
       if (server_index_ >= 0) r.server = upstream_->server(static_cast<std::size_t>(server_index_)).address.text;
       r.sni = sni_;
       r.alpn = alpn_;

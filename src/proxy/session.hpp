@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <netinet/in.h>
 #include <uv.h>
 
 #include "preread/client_hello.hpp"
@@ -75,9 +76,13 @@ class Session {
   void on_handle_closed(uv_handle_t* h);
   void release_server();
   std::string hash_key() const;
+  std::string client_address() const;  // "ip:port", empty when unknown
+  std::string client_ip() const;        // empty when unknown
 
-  static void on_preread_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
-  static void on_preread_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+  void stop_client_reading();
+
+  static void on_client_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
+  static void on_client_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
   static void on_connect_cb(uv_connect_t* req, int status);
   static void on_timer_cb(uv_timer_t* t);
   static void on_close_cb(uv_handle_t* h);
@@ -115,16 +120,24 @@ class Session {
   bool connected_ = false;
   std::uint64_t last_activity_ms_ = 0;
   std::uint64_t fin_deadline_ms_ = 0;
+  std::uint64_t timer_due_ms_ = 0;  // when the timer fires; 0 = not armed
   bool client_fin_first_ = false;
 
   // TLS preread.
   std::unique_ptr<preread::ClientHelloParser> parser_;
-  std::vector<char> preread_bytes_;
+  std::vector<std::uint8_t> preread_bytes_;  // the hello and anything after it, for the server
+  bool client_reading_ = false;  // the session reads the client (before c2s_ takes over)
+  ssize_t client_end_ = 0;       // EOF or error read while connecting
   std::string sni_;
   std::string alpn_;
 
-  std::string client_addr_;
-  std::string client_ip_;
+  // The client's address as accepted; formatted only when a log line or a
+  // hash key asks for it. AF_UNSPEC when it was not read (see begin()).
+  union {
+    sockaddr sa;
+    sockaddr_in in4;
+    sockaddr_in6 in6;
+  } peer_{};
 };
 
 }  // namespace sluice
