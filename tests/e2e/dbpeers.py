@@ -88,6 +88,21 @@ ADDR_IN_USE = r"[Aa]ddress already in use"
 START_TRIES = 5
 
 
+def start_on_free_port(server, what: str) -> None:
+    """Starts `server` (anything with port, _start(), stop() and log) on a
+    free port, trying again while the port turns out to be taken already."""
+    last = ""
+    for _ in range(START_TRIES):
+        server.port = free_port()
+        if server._start():
+            return
+        last = server.log.text() if server.log else ""
+        server.stop()
+        if not re.search(ADDR_IN_USE, last):
+            break
+    raise AssertionError(f"{what} did not start:\n{last}")
+
+
 def _child_pids(pid: int) -> list[int]:
     out = []
     for children in glob.glob(f"/proc/{pid}/task/*/children"):
@@ -180,16 +195,7 @@ class PgServer:
         self.proc: subprocess.Popen | None = None
         self.log: harness.LineLog | None = None
         self.postmaster: int | None = None
-        last = ""
-        for _ in range(START_TRIES):
-            self.port = free_port()
-            if self._start():
-                return
-            last = self.log.text() if self.log else ""
-            self.stop()
-            if not re.search(ADDR_IN_USE, last):
-                break
-        raise AssertionError(f"postgres on {cluster.name} did not start:\n{last}")
+        start_on_free_port(self, f"postgres on {cluster.name}")
 
     @property
     def address(self) -> str:
@@ -393,16 +399,7 @@ class RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
         self.log: harness.LineLog | None = None
-        last = ""
-        for _ in range(START_TRIES):
-            self.port = free_port()
-            if self._start():
-                return
-            last = self.log.text() if self.log else ""
-            self.stop()
-            if not re.search(ADDR_IN_USE, last):
-                break
-        raise AssertionError(f"redis-server did not start:\n{last}")
+        start_on_free_port(self, "redis-server")
 
     @property
     def address(self) -> str:

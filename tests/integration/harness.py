@@ -514,6 +514,33 @@ class Backend:
             t.join(2)
 
 
+
+def exchange_concurrently(host: str, port: int, payloads: list[bytes], timeout: float,
+                          together: bool = False) -> list[object]:
+    """exchange() each payload on its own connection, all at once, one thread
+    each; with together=True they wait on a barrier so they overlap for sure.
+    Returns the replies in order; an exception takes its session's place."""
+    n = len(payloads)
+    results: list[object] = [None] * n
+    start = threading.Barrier(n, timeout=30) if together else None
+
+    def run(i: int) -> None:
+        try:
+            if start is not None:
+                start.wait()
+            results[i] = exchange(host, port, payloads[i], timeout=timeout)
+        except BaseException as e:  # the caller reports it
+            results[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 30)
+    assert not any(t.is_alive() for t in threads), "client threads did not finish"
+    return results
+
+
 def echo_handler(backend: Backend, conn: socket.socket):
     """Echoes until EOF, then closes; records sha256 of everything received."""
     h = hashlib.sha256()

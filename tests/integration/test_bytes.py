@@ -6,7 +6,6 @@ import hashlib
 import os
 import random
 import socket
-import threading
 import time
 
 import pytest
@@ -45,22 +44,7 @@ def test_many_concurrent_sessions_keep_their_own_bytes(sluice, backends):
     n = 50
     rng = random.Random(1234)
     payloads = [os.urandom(rng.randint(1, 256 * 1024)) for _ in range(n)]
-    results: list[bytes | BaseException | None] = [None] * n
-    start = threading.Barrier(n, timeout=30)
-
-    def run(i):
-        try:
-            start.wait()
-            results[i] = harness.exchange(*s.addr(), payloads[i], timeout=60)
-        except BaseException as e:  # reported below
-            results[i] = e
-
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    assert not any(t.is_alive() for t in threads), "client threads did not finish"
+    results = harness.exchange_concurrently(*s.addr(), payloads, timeout=60, together=True)
 
     for i, (p, r) in enumerate(zip(payloads, results)):
         assert not isinstance(r, BaseException), f"session {i}: {r!r}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import threading
 import time
 
 import pytest
@@ -190,19 +189,7 @@ def test_several_workers_share_the_load_correctly(sluice, backends):
     echo = backends(harness.echo_handler)
     s = sluice([listener()], {"up": upstream(echo)}, global_={"workers": 2})
     n = 40
-    results: list[object] = [None] * n
     payloads = [os.urandom(10_000 + i) for i in range(n)]
-
-    def run(i):
-        try:
-            results[i] = harness.exchange(*s.addr(), payloads[i], timeout=30)
-        except BaseException as e:  # reported below
-            results[i] = e
-
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results = harness.exchange_concurrently(*s.addr(), payloads, timeout=30)
     assert results == payloads
     assert len(s.wait_records(n)) == n
