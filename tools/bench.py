@@ -413,26 +413,28 @@ def client_busy(r):
     return 100.0 * r.get("cpu_s", 0) / r["elapsed"] if r.get("elapsed") else 0.0
 
 
-def load_conn(ctx, proxy):
-    p = ctx.profile
+def rate_load(ctx, proxy, command, args, seconds, count="ops"):
+    """A timed loadgen load that reports a rate and latency (conn, rr, tls);
+    CPU per operation is in µs per `count` (connections or requests)."""
     r = measure(proxy, lambda: run_loadgen(ctx.loadgen, [
-        "conn", "--target", f"127.0.0.1:{proxy.port}", "--duration", str(p["conn_s"]),
-        "--concurrency", str(p["conn_c"]), "--payload", str(p["payload"])], p["conn_s"] + 60))
-    ops = max(r["ops"], 1)
+        command, "--target", f"127.0.0.1:{proxy.port}", "--duration", str(seconds), *args],
+        seconds + 60))
+    ops = max(r[count], 1)
     return {"rate": r["rate"], "p50_us": r["p50_us"], "p99_us": r["p99_us"],
             "cpu_per_op": r["proxy_cpu_s"] * 1e6 / ops, "errors": r["errors"],
             "client_busy": client_busy(r), "first_error": r.get("first_error", "")}
+
+
+def load_conn(ctx, proxy):
+    p = ctx.profile
+    return rate_load(ctx, proxy, "conn", ["--concurrency", str(p["conn_c"]),
+                                          "--payload", str(p["payload"])], p["conn_s"])
 
 
 def load_rr(ctx, proxy):
     p = ctx.profile
-    r = measure(proxy, lambda: run_loadgen(ctx.loadgen, [
-        "rr", "--target", f"127.0.0.1:{proxy.port}", "--duration", str(p["rr_s"]),
-        "--concurrency", str(p["rr_c"]), "--size", str(p["rr_size"])], p["rr_s"] + 60))
-    ops = max(r["requests"], 1)
-    return {"rate": r["rate"], "p50_us": r["p50_us"], "p99_us": r["p99_us"],
-            "cpu_per_op": r["proxy_cpu_s"] * 1e6 / ops, "errors": r["errors"],
-            "client_busy": client_busy(r), "first_error": r.get("first_error", "")}
+    return rate_load(ctx, proxy, "rr", ["--concurrency", str(p["rr_c"]),
+                                        "--size", str(p["rr_size"])], p["rr_s"], count="requests")
 
 
 def load_bulk(ctx, proxy):
@@ -481,14 +483,8 @@ def load_idle(ctx, proxy):
 
 def load_tls(ctx, proxy):
     p = ctx.profile
-    r = measure(proxy, lambda: run_loadgen(ctx.loadgen, [
-        "tls", "--target", f"127.0.0.1:{proxy.port}", "--sni", ",".join(TLS_NAMES),
-        "--verify-name", "--duration", str(p["tls_s"]), "--concurrency", str(p["tls_c"])],
-        p["tls_s"] + 60))
-    ops = max(r["ops"], 1)
-    return {"rate": r["rate"], "p50_us": r["p50_us"], "p99_us": r["p99_us"],
-            "cpu_per_op": r["proxy_cpu_s"] * 1e6 / ops, "errors": r["errors"],
-            "client_busy": client_busy(r), "first_error": r.get("first_error", "")}
+    return rate_load(ctx, proxy, "tls", ["--sni", ",".join(TLS_NAMES), "--verify-name",
+                                         "--concurrency", str(p["tls_c"])], p["tls_s"])
 
 
 LOAD_FUNCS = {"conn": load_conn, "rr": load_rr, "bulk": load_bulk, "idle": load_idle,
