@@ -389,6 +389,17 @@ def wait_closed(sock: socket.socket, timeout: float = EVENT_TIMEOUT) -> str:
             return "eof"
 
 
+def seconds_until_closed(sock: socket.socket, timeout: float = EVENT_TIMEOUT) -> float:
+    """Waits for the peer to close `sock` (Timeout if it does not), closes our
+    end too, and returns how many seconds the wait took."""
+    t0 = time.monotonic()
+    try:
+        wait_closed(sock, timeout=timeout)
+    finally:
+        sock.close()
+    return time.monotonic() - t0
+
+
 def dead_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on: bound once, then released."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
