@@ -107,14 +107,19 @@ struct Ext {
   Bytes body;
 };
 
+// A server_name extension around a raw ServerNameList (entries as given).
+Ext server_name_ext(const Bytes& list) {
+  Bytes body;
+  put16(body, list.size());
+  append(body, list);
+  return {0, body};
+}
+
 Ext sni_ext(std::string_view host) {
   Bytes entry{0};  // host_name
   put16(entry, host.size());
   append(entry, bytes_of(host));
-  Bytes body;
-  put16(body, entry.size());
-  append(body, entry);
-  return {0, body};
+  return server_name_ext(entry);
 }
 
 Ext alpn_ext(const Strings& protos) {
@@ -501,23 +506,15 @@ TEST_CASE("an empty extensions block") {
 
 TEST_CASE("server_name entries") {
   SUBCASE("another name type before the host name is skipped") {
-    Bytes list{7, 0, 3, 'x', 'y', 'z', 0, 0, 5, 'a', '.', 'b', '.', 'c'};
-    Bytes body;
-    put16(body, list.size());
-    append(body, list);
     HelloSpec s;
-    s.exts = {{0, body}};
+    s.exts = {server_name_ext({7, 0, 3, 'x', 'y', 'z', 0, 0, 5, 'a', '.', 'b', '.', 'c'})};
     ClientHelloParser p;
     REQUIRE(p.feed(build_hello(s)) == Status::done);
     CHECK(p.info().sni == "a.b.c");
   }
   SUBCASE("the first of two host names is taken") {
-    Bytes list{0, 0, 3, 'o', 'n', 'e', 0, 0, 3, 't', 'w', 'o'};
-    Bytes body;
-    put16(body, list.size());
-    append(body, list);
     HelloSpec s;
-    s.exts = {{0, body}};
+    s.exts = {server_name_ext({0, 0, 3, 'o', 'n', 'e', 0, 0, 3, 't', 'w', 'o'})};
     ClientHelloParser p;
     REQUIRE(p.feed(build_hello(s)) == Status::done);
     CHECK(p.info().sni == "one");
