@@ -18,17 +18,22 @@ enum class Cause : unsigned char {
   preread_timeout,   // ClientHello not complete within preread_timeout
   preread_malformed, // ClientHello malformed (on_malformed = "close") or too large
   rejected_not_tls,  // not TLS and on_not_tls = "close"
-  limit_reached,     // global max_connections reached
-  acl_denied,
+  limit_reached,     // global or listener max_connections reached
+  acl_denied,        // client address refused by the listener's allow/deny
   shutdown,          // closed by graceful stop after shutdown_timeout
-  server_down,
-  server_drained,
-  internal_error,
-  fin_timeout,       // one side half-closed and the other did not finish within fin_timeout
+  server_down,       // active checks marked the server down (on_down = "close_sessions")
+  server_drained,    // the server was disabled, or removed and drain_timeout passed
+  internal_error,    // a failure inside sluice that is none of the above
+  fin_timeout,       // one side half-closed, then nothing moved for fin_timeout
   max_lifetime,      // session older than max_lifetime
+  local_resource,    // sluice's own resources ran out (fds, ports, buffers)
+  rejected_proxy,    // accept_proxy: untrusted peer, or a bad/missing PROXY header
+  client_limit,      // client_max_connections reached for this client address
+  rate_limited,      // client_rate_limit exceeded for this client address
+  server_no_tls,     // preread = "postgres": the server refused TLS (answered 'N')
 };
 
-inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::max_lifetime) + 1;
+inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::server_no_tls) + 1;
 
 constexpr std::string_view to_string(Cause c) {
   switch (c) {
@@ -51,6 +56,11 @@ constexpr std::string_view to_string(Cause c) {
     case Cause::internal_error: return "internal_error";
     case Cause::fin_timeout: return "fin_timeout";
     case Cause::max_lifetime: return "max_lifetime";
+    case Cause::local_resource: return "local_resource";
+    case Cause::rejected_proxy: return "rejected_proxy";
+    case Cause::client_limit: return "client_limit";
+    case Cause::rate_limited: return "rate_limited";
+    case Cause::server_no_tls: return "server_no_tls";
   }
   return "unknown";
 }

@@ -3,6 +3,7 @@
 // downstream may assume every field is valid and every name resolves.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -10,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <sys/socket.h>
@@ -27,13 +29,38 @@ struct Endpoint {
   socklen_t addr_len = 0;
 };
 
+// "10.0.0.0/8", "::1/128", "192.168.1.7" (a bare address is a /32 or /128).
+struct Cidr {
+  std::string text;                 // as written
+  int family = 0;                   // AF_INET or AF_INET6
+  std::array<std::uint8_t, 16> addr{};  // network bytes (4 used for AF_INET), host bits zero
+  unsigned prefix = 0;              // 0..32 or 0..128
+};
+
+// "100/s", "6000/m", "10000/h": a token bucket refilled at `per_second`,
+// holding at most one second's worth (at least 1 token).
+struct RateLimit {
+  std::string text;
+  double per_second = 0;  // 0 = no limit
+};
+
 struct GlobalConfig {
   unsigned workers = 0;                  // 0 = one per core
   std::uint64_t max_connections = 100000;
   Duration shutdown_timeout = std::chrono::seconds(30);
   std::string log_level = "info";        // trace|debug|info|warn|error|critical|off
+  std::string error_log = "stderr";      // path, "stderr" or "stdout" (SIGUSR1 reopens a path)
   std::string access_log = "stderr";     // path, "stderr", "stdout" or "off"
   std::string access_log_format = "text"; // "text" | "json"
+  Duration log_interval{0};              // interim access records for long sessions; 0 = off
+  Duration drain_timeout{0};             // default for upstreams (see UpstreamConfig)
+};
+
+// [admin]: the HTTP admin API on the control loop. Absent table = no API.
+struct AdminConfig {
+  bool enabled = false;
+  Endpoint listen;                       // default "127.0.0.1:9090"; non-loopback needs token_file
+  std::string token_file;                // empty = no auth (loopback only)
 };
 
 enum class Balance { least_conn, round_robin, hash, random };
@@ -46,6 +73,54 @@ struct ServerConfig {
   bool backup = false;
 };
 
+// [upstream.NAME.health]: active checks, run on the control loop.
+enum class HealthType { tcp, http, send_expect, postgres, redis };
+enum class HealthInitial { up, down };
+enum class OnDown { keep, close_sessions };
+enum class ExpectMatch { prefix, substring };
+enum class RedisRole { master, replica, any };
+enum class PostgresRole { primary, standby, any };
+
+struct StatusRange {
+  int low = 200;
+  int high = 399;  // inclusive
+};
+
+struct HealthConfig {
+  HealthType type = HealthType::tcp;
+  Duration interval = std::chrono::seconds(2);   // end of one check to start of the next
+  Duration timeout = std::chrono::seconds(1);
+  std::uint32_t rise = 2;
+  std::uint32_t fall = 3;
+  double jitter = 0.1;                           // fraction of interval ("10%" -> 0.1), 0..1
+  std::uint16_t port = 0;                        // 0 = the server's own port
+  HealthInitial initial = HealthInitial::up;
+  OnDown on_down = OnDown::keep;
+  Duration slow_start{0};                        // 0 = off
+  // http
+  std::string path = "/";
+  std::string method = "GET";
+  std::string host;                              // empty = the server's address text
+  std::vector<StatusRange> expect_status{StatusRange{}};
+  std::string expect_body;                       // empty = any body
+  // send_expect (send_hex / expect_hex are decoded into these)
+  std::string send;
+  std::string expect;
+  ExpectMatch expect_match = ExpectMatch::prefix;
+  // redis
+  RedisRole redis_role = RedisRole::any;         // key "role"
+  // postgres
+  PostgresRole postgres_role = PostgresRole::any; // key "role"
+  std::string user = "postgres";
+  std::string database = "postgres";
+  std::string sslmode = "prefer";
+  // redis and postgres
+  std::string password_file;                     // empty = no password
+};
+
+enum class AllDown { fail_closed, fail_open };
+enum class ProxyProtocol { none, v1, v2 };
+
 struct UpstreamConfig {
   std::string name;
   Balance balance = Balance::least_conn;
@@ -53,12 +128,17 @@ struct UpstreamConfig {
   Duration fail_timeout = std::chrono::seconds(10);
   HashKey hash_key = HashKey::sni_or_client_ip;
   double hash_balance_factor = 0.0;  // 0 = off; otherwise > 1.0
+  AllDown all_down = AllDown::fail_closed;
+  ProxyProtocol proxy_protocol = ProxyProtocol::none;
+  Duration drain_timeout{0};         // removed servers' sessions end after this; 0 = let them finish
+  std::optional<HealthConfig> health;
   std::vector<ServerConfig> servers;
 };
 
-enum class Preread { none, tls };
+enum class Preread { none, tls, postgres };
 enum class OnNotTls { use_default, close };
 enum class OnMalformed { close, use_default };
+enum class Splice { off, pipe, automatic };  // "off" | "pipe" | "auto"
 
 struct Route {
   std::string sni;        // lower-case, no trailing dot; "*.suffix" for wildcards
@@ -68,15 +148,20 @@ struct Route {
 struct ListenerConfig {
   std::string name;
   Endpoint listen;
-  std::string upstream;                  // may be empty when preread="tls" and default_upstream/routes are set
+  std::string upstream;                  // may be empty when prereading and default_upstream/routes are set
   Duration connect_timeout = std::chrono::seconds(5);
   Duration idle_timeout{0};              // 0 = off
   std::uint32_t tries = 3;               // connect attempts per session, >= 1
   Duration next_upstream_timeout{0};     // 0 = unlimited
-  Duration fin_timeout = std::chrono::seconds(30);
+  Duration fin_timeout = std::chrono::seconds(30);  // inactivity after the first FIN
   Duration max_lifetime{0};              // 0 = off
   std::uint32_t backlog = 511;
-  // TLS preread
+  // TCP keepalive on both legs.
+  bool tcp_keepalive = true;
+  Duration tcp_keepalive_idle = std::chrono::seconds(60);
+  Duration tcp_keepalive_interval = std::chrono::seconds(10);
+  std::uint32_t tcp_keepalive_count = 6;
+  // Preread (TLS ClientHello, or PostgreSQL SSLRequest + ClientHello)
   Preread preread = Preread::none;
   Duration preread_timeout = std::chrono::seconds(5);
   std::uint32_t preread_max_bytes = 16384;
@@ -84,11 +169,23 @@ struct ListenerConfig {
   std::string default_upstream;          // empty = none
   OnNotTls on_not_tls = OnNotTls::use_default;
   OnMalformed on_malformed = OnMalformed::close;
+  // PROXY protocol from trusted peers (v1 or v2, detected)
+  bool accept_proxy = false;
+  std::vector<Cidr> trusted_proxies;     // required with accept_proxy
+  // Access control and limits
+  std::vector<Cidr> allow;               // empty = everyone (unless denied)
+  std::vector<Cidr> deny;                // wins over allow
+  std::uint64_t max_connections = 0;     // this listener; 0 = only the global limit
+  std::uint32_t client_max_connections = 0;  // per client address; 0 = off
+  RateLimit client_rate_limit;           // per client address; per_second 0 = off
+  // Bulk data path
+  Splice splice = Splice::off;
 };
 
 struct Config {
   std::string path;
   GlobalConfig global;
+  AdminConfig admin;
   std::vector<ListenerConfig> listeners;
   std::map<std::string, UpstreamConfig> upstreams;  // by name
 };
