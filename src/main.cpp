@@ -1,20 +1,14 @@
-// sluice: command line, signals and the control loop. The control loop never
-// touches a data socket; workers own those.
+// sluice: the command line. Everything that runs is the control loop's
+// (src/control/) and the workers' (src/net/).
 #include <csignal>
 #include <cstdio>
-#include <cstring>
-#include <exception>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include <spdlog/spdlog.h>
-#include <uv.h>
 
+#include "control/control.hpp"
 #include "log/logging.hpp"
-#include "net/listener.hpp"
-#include "net/runtime.hpp"
-#include "net/worker.hpp"
 #include "sluice/config.hpp"
 #include "sluice_version.hpp"
 
@@ -26,32 +20,8 @@ constexpr const char* kUsage =
     "  -t           check the configuration file and exit (0 valid, 1 invalid)\n"
     "  --version    print the version and exit\n"
     "  -h, --help   this help\n"
-    "signals: SIGTERM/SIGINT stop gracefully (a second one stops at once)\n";
-
-struct Control {
-  std::vector<std::unique_ptr<sluice::Worker>> workers;
-  uv_signal_t sigterm{};
-  uv_signal_t sigint{};
-  uv_signal_t sighup{};
-  bool stopping = false;
-};
-
-void on_stop_signal(uv_signal_t* h, int signum) {
-  auto* c = static_cast<Control*>(h->data);
-  if (c->stopping) return;
-  c->stopping = true;
-  spdlog::info("received {}: graceful stop", signum == SIGINT ? "SIGINT" : "SIGTERM");
-  for (auto& w : c->workers) w->request_stop();
-  // Closing the watchers lets the control loop end; the default disposition
-  // comes back, so a second signal ends the process at once.
-  uv_close(reinterpret_cast<uv_handle_t*>(&c->sigterm), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&c->sigint), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&c->sighup), nullptr);
-}
-
-void on_hup(uv_signal_t* /*h*/, int /*signum*/) {
-  spdlog::warn("received SIGHUP: reload is not supported yet; the running configuration is unchanged");
-}
+    "signals: SIGTERM/SIGINT stop gracefully (a second one closes every session at once),\n"
+    "         SIGHUP reloads the configuration file, SIGUSR1 reopens log files\n";
 
 }  // namespace
 
@@ -90,43 +60,6 @@ int main(int argc, char** argv) {
 
   sluice::init_error_log(config->global.log_level);
   std::signal(SIGPIPE, SIG_IGN);
-
-  std::shared_ptr<sluice::Runtime> runtime;
-  unsigned nworkers = config->global.workers;
-  if (nworkers == 0) nworkers = uv_available_parallelism();
-  std::vector<std::vector<int>> fds(nworkers);
-  try {
-    runtime = std::make_shared<sluice::Runtime>(config);
-    for (const sluice::ListenerConfig& l : config->listeners) {
-      sluice::ListeningSockets ls = sluice::open_listening_sockets(l, nworkers);
-      for (unsigned w = 0; w < nworkers; ++w) fds[w].push_back(ls.fds[w]);
-      spdlog::info("listener \"{}\" listening on {}", l.name, ls.bound);
-    }
-  } catch (const std::exception& e) {
-    spdlog::critical("{}", e.what());
-    return 1;
-  }
-
-  Control control;
-  uv_loop_t* loop = uv_default_loop();
-  for (unsigned w = 0; w < nworkers; ++w) {
-    control.workers.push_back(std::make_unique<sluice::Worker>(w, runtime, std::move(fds[w])));
-  }
-  for (auto* sig : {&control.sigterm, &control.sigint, &control.sighup}) {
-    uv_signal_init(loop, sig);
-    sig->data = &control;
-  }
-  uv_signal_start(&control.sigterm, on_stop_signal, SIGTERM);
-  uv_signal_start(&control.sigint, on_stop_signal, SIGINT);
-  uv_signal_start(&control.sighup, on_hup, SIGHUP);
-
-  for (auto& w : control.workers) w->start();
-  spdlog::info("sluice {} started: {} worker(s), {} listener(s)", SLUICE_VERSION, nworkers, config->listeners.size());
-
-  uv_run(loop, UV_RUN_DEFAULT);
-  for (auto& w : control.workers) w->join();
-  control.workers.clear();
-  uv_loop_close(loop);
-  spdlog::info("stopped");
-  return 0;
+  sluice::Control control(path, std::move(config));
+  return control.run();
 }

@@ -1,12 +1,9 @@
 #include "balance/hash.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
 #include <xxhash.h>
-
-#include "upstream/server_state.hpp"
 
 namespace sluice {
 
@@ -29,35 +26,30 @@ bool ranks_before(double score_a, std::size_t index_a, double score_b, std::size
   return score_a > score_b || (score_a == score_b && index_a < index_b);
 }
 
-double score_of(const ServerState& s, std::string_view key) {
-  return rendezvous_score(key, rendezvous_server_seed(s.address.text), s.weight);
-}
+double score_of(const Candidate& c, std::string_view key) { return rendezvous_score(key, c.seed, c.weight); }
 
 }  // namespace
 
-std::vector<std::size_t> rendezvous_rank(std::span<ServerState* const> servers,
-                                         std::string_view key) {
-  std::vector<double> scores(servers.size());
-  std::vector<std::size_t> order(servers.size());
-  for (std::size_t i = 0; i < servers.size(); ++i) {
-    scores[i] = score_of(*servers[i], key);
+std::vector<std::size_t> rendezvous_rank(std::span<const Candidate> candidates, std::string_view key) {
+  std::vector<double> scores(candidates.size());
+  std::vector<std::size_t> order(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    scores[i] = score_of(candidates[i], key);
     order[i] = i;
   }
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return ranks_before(scores[a], a, scores[b], b);
-  });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return ranks_before(scores[a], a, scores[b], b); });
   return order;
 }
 
-std::size_t HashBalancer::choose(std::span<ServerState* const> servers,
-                                 std::span<const std::size_t> candidates,
-                                 std::string_view key) {
-  if (balance_factor_ <= 0.0 || candidates.size() == 1) {
-    std::size_t best = candidates.front();
-    double best_score = score_of(*servers[best], key);
-    for (std::size_t i : candidates.subspan(1)) {
-      const double s = score_of(*servers[i], key);
-      if (ranks_before(s, i, best_score, best)) {
+std::size_t HashBalancer::choose(std::span<const Candidate> candidates, std::string_view key) {
+  if (balance_factor_ <= 0.0) {
+    std::size_t best = kNoCandidate;
+    double best_score = 0;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (!candidates[i].eligible) continue;
+      const double s = score_of(candidates[i], key);
+      if (best == kNoCandidate || ranks_before(s, i, best_score, best)) {
         best = i;
         best_score = s;
       }
@@ -66,18 +58,19 @@ std::size_t HashBalancer::choose(std::span<ServerState* const> servers,
   }
 
   std::uint64_t total_active = 0;
-  for (ServerState* s : servers) total_active += s->active.load(std::memory_order_relaxed);
-  const double bound = std::ceil(balance_factor_ * static_cast<double>(total_active + 1) /
-                                 static_cast<double>(candidates.size()));
-
   scored_.clear();
-  for (std::size_t i : candidates) scored_.push_back({score_of(*servers[i], key), i});
-  std::sort(scored_.begin(), scored_.end(), [](const Scored& a, const Scored& b) {
-    return ranks_before(a.score, a.index, b.score, b.index);
-  });
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    total_active += candidates[i].active;
+    if (candidates[i].eligible) scored_.push_back({score_of(candidates[i], key), i});
+  }
+  if (scored_.empty()) return kNoCandidate;
+  if (scored_.size() == 1) return scored_.front().index;
+  const double bound =
+      std::ceil(balance_factor_ * static_cast<double>(total_active + 1) / static_cast<double>(scored_.size()));
+  std::sort(scored_.begin(), scored_.end(),
+            [](const Scored& a, const Scored& b) { return ranks_before(a.score, a.index, b.score, b.index); });
   for (const Scored& c : scored_) {
-    const auto active = servers[c.index]->active.load(std::memory_order_relaxed);
-    if (static_cast<double>(active) + 1.0 <= bound) return c.index;
+    if (static_cast<double>(candidates[c.index].active) + 1.0 <= bound) return c.index;
   }
   return scored_.front().index;
 }

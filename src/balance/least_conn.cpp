@@ -1,22 +1,19 @@
 #include "balance/least_conn.hpp"
 
-#include <atomic>
-
 #include "balance/swrr.hpp"
 
 namespace sluice {
 
-std::size_t LeastConnBalancer::choose(std::span<ServerState* const> servers,
-                                      std::span<const std::size_t> candidates,
-                                      std::string_view /*key*/) {
+std::size_t LeastConnBalancer::choose(std::span<const Candidate> candidates, std::string_view /*key*/) {
   // Compare active/weight without division: a/wa < b/wb  <=>  a*wb < b*wa.
-  // Actives are read once each, so the comparison sees one consistent value.
   tied_.clear();
   std::uint64_t best_active = 0;
   std::uint64_t best_weight = 1;
-  for (std::size_t i : candidates) {
-    const std::uint64_t a = servers[i]->active.load(std::memory_order_relaxed);
-    const std::uint64_t w = servers[i]->weight;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
+    if (!c.eligible) continue;
+    const std::uint64_t a = c.active;
+    const std::uint64_t w = c.weight;
     if (tied_.empty() || a * best_weight < best_active * w) {
       tied_.clear();
       tied_.push_back(i);
@@ -26,8 +23,9 @@ std::size_t LeastConnBalancer::choose(std::span<ServerState* const> servers,
       tied_.push_back(i);
     }
   }
+  if (tied_.empty()) return kNoCandidate;
   if (tied_.size() == 1) return tied_.front();
-  return swrr_choose(current_, servers, tied_);
+  return swrr_choose(current_, candidates, tied_);
 }
 
 }  // namespace sluice

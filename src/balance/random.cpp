@@ -1,9 +1,5 @@
 #include "balance/random.hpp"
 
-#include <atomic>
-
-#include "upstream/server_state.hpp"
-
 namespace sluice {
 
 RandomBalancer::RandomBalancer(std::uint64_t seed) {
@@ -22,34 +18,36 @@ std::uint64_t RandomBalancer::next() {
   return state_ * 0x2545F4914F6CDD1DULL;
 }
 
-std::size_t RandomBalancer::draw(std::span<ServerState* const> servers,
-                                 std::span<const std::size_t> candidates, std::size_t skip) {
+std::size_t RandomBalancer::draw(std::span<const Candidate> candidates, std::size_t skip) {
   std::uint64_t total = 0;
-  for (std::size_t p = 0; p < candidates.size(); ++p) {
-    if (p != skip) total += servers[candidates[p]]->weight;
+  for (std::size_t p = 0; p < eligible_.size(); ++p) {
+    if (p != skip) total += candidates[eligible_[p]].weight;
   }
   if (total == 0) return skip == 0 ? 1 : 0;  // all weights zero: any will do
   std::uint64_t r = next() % total;
-  for (std::size_t p = 0; p < candidates.size(); ++p) {
+  for (std::size_t p = 0; p < eligible_.size(); ++p) {
     if (p == skip) continue;
-    const std::uint64_t w = servers[candidates[p]]->weight;
+    const std::uint64_t w = candidates[eligible_[p]].weight;
     if (r < w) return p;
     r -= w;
   }
   return skip == 0 ? 1 : 0;  // not reached
 }
 
-std::size_t RandomBalancer::choose(std::span<ServerState* const> servers,
-                                   std::span<const std::size_t> candidates,
-                                   std::string_view /*key*/) {
-  if (candidates.size() == 1) return candidates.front();
-  const std::size_t first_pos = draw(servers, candidates, candidates.size());
-  const std::size_t first = candidates[first_pos];
-  const std::size_t second = candidates[draw(servers, candidates, first_pos)];
-  const std::uint64_t a1 = servers[first]->active.load(std::memory_order_relaxed);
-  const std::uint64_t a2 = servers[second]->active.load(std::memory_order_relaxed);
-  const std::uint64_t w1 = servers[first]->weight;
-  const std::uint64_t w2 = servers[second]->weight;
+std::size_t RandomBalancer::choose(std::span<const Candidate> candidates, std::string_view /*key*/) {
+  eligible_.clear();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].eligible) eligible_.push_back(i);
+  }
+  if (eligible_.empty()) return kNoCandidate;
+  if (eligible_.size() == 1) return eligible_.front();
+  const std::size_t first_pos = draw(candidates, eligible_.size());
+  const std::size_t first = eligible_[first_pos];
+  const std::size_t second = eligible_[draw(candidates, first_pos)];
+  const std::uint64_t a1 = candidates[first].active;
+  const std::uint64_t a2 = candidates[second].active;
+  const std::uint64_t w1 = candidates[first].weight;
+  const std::uint64_t w2 = candidates[second].weight;
   return a2 * w1 < a1 * w2 ? second : first;
 }
 

@@ -4,10 +4,13 @@
 
 namespace sluice {
 
-std::size_t RoundRobinBalancer::choose(std::span<ServerState* const> servers,
-                                       std::span<const std::size_t> candidates,
-                                       std::string_view /*key*/) {
-  return swrr_choose(current_, servers, candidates);
+std::size_t RoundRobinBalancer::choose(std::span<const Candidate> candidates, std::string_view /*key*/) {
+  eligible_.clear();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].eligible) eligible_.push_back(i);
+  }
+  if (eligible_.empty()) return kNoCandidate;
+  return swrr_choose(current_, candidates, eligible_);
 }
 
 }  // namespace sluice

@@ -11,11 +11,11 @@ namespace sluice {
 
 class RoundRobinBalancer final : public Balancer {
  public:
-  std::size_t choose(std::span<ServerState* const> servers,
-                     std::span<const std::size_t> candidates, std::string_view key) override;
+  std::size_t choose(std::span<const Candidate> candidates, std::string_view key) override;
 
  private:
-  std::vector<std::int64_t> current_;  // one per server index
+  std::vector<std::int64_t> current_;  // one per pool index
+  std::vector<std::size_t> eligible_;  // reused scratch
 };
 
 }  // namespace sluice

@@ -209,30 +209,4 @@ std::optional<Endpoint> parse_address(std::string_view text, bool allow_port_zer
   return ep;
 }
 
-std::string format_sockaddr(const sockaddr* sa) {
-  if (sa == nullptr) return "-";
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (sa->sa_family == AF_INET) {
-    sockaddr_in sin{};
-    std::memcpy(&sin, sa, sizeof sin);
-    ::inet_ntop(AF_INET, &sin.sin_addr, buf, sizeof buf);
-    return std::string(buf) + ":" + std::to_string(ntohs(sin.sin_port));
-  }
-  if (sa->sa_family == AF_INET6) {
-    sockaddr_in6 sin6{};
-    std::memcpy(&sin6, sa, sizeof sin6);
-    ::inet_ntop(AF_INET6, &sin6.sin6_addr, buf, sizeof buf);
-    std::string out = "[";
-    out += buf;
-    if (sin6.sin6_scope_id != 0) {
-      char ifname[IF_NAMESIZE] = {};
-      out += '%';
-      out += ::if_indextoname(sin6.sin6_scope_id, ifname) != nullptr ? std::string(ifname)
-                                                                     : std::to_string(sin6.sin6_scope_id);
-    }
-    return out + "]:" + std::to_string(ntohs(sin6.sin6_port));
-  }
-  return "unknown";
-}
-
 }  // namespace sluice

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "sluice/address.hpp"  // format_sockaddr, used with parsed addresses
 #include "sluice/config.hpp"
 
 namespace sluice {
@@ -19,8 +20,5 @@ std::optional<Duration> parse_duration(std::string_view text, std::string& error
 // "host:port", "[v6]:port". Port 0..65535 (0 only when allow_port_zero).
 // Resolves the host (numeric, or via getaddrinfo) into Endpoint::addr.
 std::optional<Endpoint> parse_address(std::string_view text, bool allow_port_zero, std::string& error);
-
-// "127.0.0.1:80" / "[::1]:80" for a resolved socket address (for logs).
-std::string format_sockaddr(const sockaddr* sa);
 
 }  // namespace sluice

@@ -1,31 +1,37 @@
 #include "net/listener.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <stdexcept>
-
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "config/values.hpp"
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "proxy/socket_options.hpp"
+#include "sluice/address.hpp"
 
 namespace sluice {
 
 namespace {
 
-int open_one(const sockaddr* addr, socklen_t len, int backlog, std::string& error) {
+int open_one(const sockaddr* addr, socklen_t len, const ListenerConfig& l, bool reuseport, bool listen,
+             int& error) {
   int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    error = std::strerror(errno);
+    error = errno;
     return -1;
   }
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (reuseport) ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   if (addr->sa_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-  if (::bind(fd, addr, len) < 0 || ::listen(fd, backlog) < 0) {
-    error = std::strerror(errno);
+  if (listen) {
+    set_nodelay(fd);
+    set_keepalive(fd, l);
+  }
+  if (::bind(fd, addr, len) < 0 || (listen && ::listen(fd, static_cast<int>(l.backlog)) < 0)) {
+    error = errno;
     ::close(fd);
     return -1;
   }
@@ -38,14 +44,26 @@ ListeningSockets open_listening_sockets(const ListenerConfig& listener, unsigned
   ListeningSockets out;
   sockaddr_storage addr = listener.listen.addr;
   socklen_t len = listener.listen.addr_len;
-  for (unsigned i = 0; i < count; ++i) {
-    std::string error;
-    int fd = open_one(reinterpret_cast<const sockaddr*>(&addr), len, static_cast<int>(listener.backlog), error);
-    if (fd < 0) {
-      for (int f : out.fds) ::close(f);
-      throw std::runtime_error("listener \"" + listener.name + "\": cannot listen on " + listener.listen.text +
-                               ": " + error);
+  auto fail = [&](int error, const std::string& extra) {
+    for (int f : out.fds) ::close(f);
+    throw std::runtime_error("listener \"" + listener.name + "\": cannot listen on " + listener.listen.text + ": " +
+                             std::strerror(error) + extra);
+  };
+  if (listener.listen.port != 0) {
+    // A bind without SO_REUSEPORT fails while anyone else listens here.
+    int error = 0;
+    const int probe = open_one(reinterpret_cast<const sockaddr*>(&addr), len, listener, false, false, error);
+    if (probe < 0) {
+      fail(error, error == EADDRINUSE ? " (another process is listening on it; a second sluice must not share "
+                                        "its port)"
+                                      : "");
     }
+    ::close(probe);
+  }
+  for (unsigned i = 0; i < count; ++i) {
+    int error = 0;
+    const int fd = open_one(reinterpret_cast<const sockaddr*>(&addr), len, listener, true, true, error);
+    if (fd < 0) fail(error, "");
     if (i == 0) {
       // Learn the real port (listen = "host:0") so the other workers share it.
       socklen_t alen = sizeof addr;

@@ -2,7 +2,8 @@
 // SO_REUSEPORT so the kernel spreads new connections across workers (libuv
 // 1.44 has no flag for it, so the socket is made here and handed to
 // uv_tcp_open). Port 0 is resolved once: every worker binds the port the
-// first socket got.
+// first socket got. The client leg's TCP options (TCP_NODELAY, keepalive) are
+// set on the listening sockets; accepted sockets inherit them.
 #pragma once
 
 #include <string>
@@ -17,7 +18,10 @@ struct ListeningSockets {
   std::string bound;     // the address actually bound, e.g. "127.0.0.1:40123"
 };
 
-// Throws std::runtime_error (with the address and the system's reason).
+// Throws std::runtime_error (with the address and the system's reason). An
+// address some other process already listens on is refused, even when that
+// process used SO_REUSEPORT too: two instances silently sharing a port would
+// split its connections between two configurations.
 ListeningSockets open_listening_sockets(const ListenerConfig& listener, unsigned count);
 
 }  // namespace sluice

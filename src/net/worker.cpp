@@ -1,37 +1,56 @@
 #include "net/worker.hpp"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
-#include "net/runtime.hpp"
 #include "proxy/session.hpp"
+#include "proxy/socket_options.hpp"
+#include "runtime/snapshot.hpp"
 
 namespace sluice {
 
-Worker::Worker(unsigned id, std::shared_ptr<Runtime> runtime, std::vector<int> fds)
-    : id_(id), runtime_(std::move(runtime)), fds_(std::move(fds)) {
+namespace {
+
+constexpr unsigned kFirstBackoffMs = 100;
+constexpr unsigned kMaxBackoffMs = 500;
+
+uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
+
+}  // namespace
+
+// One listening socket of this worker. Its handles' data point here.
+struct Worker::Listener {
+  Worker* worker = nullptr;
+  std::uint64_t id = 0;
+  long view = -1;         // index into worker->snapshot_->listeners, -1 = none
+  uv_tcp_t tcp{};
+  bool tcp_open = false;  // initialised and not closed
+  int spare_fd = -1;      // a dup of the socket: keeps it alive across an accept pause
+  uv_timer_t resume{};
+  bool paused = false;
+  bool episode = false;   // an EMFILE/ENFILE episode is being reported
+  unsigned backoff_ms = kFirstBackoffMs;
+  std::uint64_t episode_start_ms = 0;
+  std::uint64_t failed_accepts = 0;
+  bool removing = false;
+  int open_handles = 0;
+
+  const char* name() const {
+    const auto& snap = worker->snapshot_;
+    return view >= 0 && snap ? snap->listeners[static_cast<std::size_t>(view)].config->name.c_str() : "?";
+  }
+};
+
+Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   uv_loop_init(&loop_);
   // Everything is set up here, before the thread exists; the thread only runs
-  // the loop. request_stop() may be called as soon as the constructor returns.
-  uv_async_init(&loop_, &stop_async_, on_async);
-  stop_async_.data = this;
+  // the loop. post() may be called as soon as the constructor returns.
+  uv_async_init(&loop_, &async_, on_async);
+  async_.data = this;
   uv_timer_init(&loop_, &shutdown_timer_);
   shutdown_timer_.data = this;
-  for (std::size_t i = 0; i < fds_.size(); ++i) {
-    auto lh = std::make_unique<ListenerHandle>();
-    lh->worker = this;
-    lh->index = i;
-    uv_tcp_init(&loop_, &lh->tcp);
-    lh->tcp.data = lh.get();
-    int r = uv_tcp_open(&lh->tcp, fds_[i]);
-    if (r == 0) {
-      r = uv_listen(reinterpret_cast<uv_stream_t*>(&lh->tcp),
-                    static_cast<int>(runtime_->listeners[i].config->backlog), on_connection);
-    }
-    if (r < 0) {
-      spdlog::error("worker {}: listener \"{}\": {}", id_, runtime_->listeners[i].config->name, uv_strerror(r));
-    }
-    listeners_.push_back(std::move(lh));
-  }
 }
 
 Worker::~Worker() { join(); }
@@ -44,7 +63,13 @@ void Worker::join() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Worker::request_stop() { uv_async_send(&stop_async_); }
+void Worker::post(WorkerCommand command) {
+  {
+    std::lock_guard lock(mu_);
+    mailbox_.push_back(std::move(command));
+  }
+  uv_async_send(&async_);
+}
 
 void Worker::run() {
   uv_run(&loop_, UV_RUN_DEFAULT);
@@ -52,44 +77,237 @@ void Worker::run() {
   if (int r = uv_loop_close(&loop_); r != 0) {
     spdlog::error("worker {}: loop closed with live handles: {}", id_, uv_strerror(r));
   }
+  finished_.store(true, std::memory_order_release);
+  if (stopped_ != nullptr) uv_async_send(stopped_);
+}
+
+void Worker::on_async(uv_async_t* a) { static_cast<Worker*>(a->data)->drain_mailbox(); }
+
+void Worker::drain_mailbox() {
+  std::deque<WorkerCommand> batch;
+  {
+    std::lock_guard lock(mu_);
+    batch.swap(mailbox_);
+  }
+  for (WorkerCommand& c : batch) {
+    if (closed_) {
+      // The loop is ending; sockets handed over must not leak.
+      for (auto& [id, fd] : c.open) ::close(fd);
+      continue;
+    }
+    switch (c.kind) {
+      case WorkerCommand::Kind::update: apply_update(c); break;
+      case WorkerCommand::Kind::close_sessions: close_sessions(c); break;
+      case WorkerCommand::Kind::stop: begin_stop(); break;
+      case WorkerCommand::Kind::stop_now:
+        begin_stop();
+        for (Session* s = sessions_; s != nullptr; s = s->next) s->terminate(Cause::shutdown);
+        break;
+    }
+  }
+}
+
+// ---- listeners -------------------------------------------------------------
+
+bool Worker::listen_on(Listener& l, int fd) {
+  uv_tcp_init(&loop_, &l.tcp);
+  l.tcp.data = &l;
+  l.tcp_open = true;
+  ++l.open_handles;
+  int r = uv_tcp_open(&l.tcp, fd);
+  if (r == 0) {
+    const auto& snap = snapshot_;
+    const int backlog =
+        l.view >= 0 ? static_cast<int>(snap->listeners[static_cast<std::size_t>(l.view)].config->backlog) : 511;
+    r = uv_listen(reinterpret_cast<uv_stream_t*>(&l.tcp), backlog, on_connection);
+  }
+  if (r < 0) {
+    spdlog::error("worker {}: listener \"{}\": {}", id_, l.name(), uv_strerror(r));
+    return false;
+  }
+  return true;
+}
+
+void Worker::apply_update(WorkerCommand& c) {
+  if (stopping_) {
+    for (auto& [id, fd] : c.open) ::close(fd);
+    return;
+  }
+  snapshot_ = std::move(c.snapshot);
+  for (std::uint64_t id : c.close) {
+    for (auto& l : listeners_) {
+      if (l->id == id && !l->removing) close_listener(*l);
+    }
+  }
+  for (auto& [id, fd] : c.open) {
+    auto l = std::make_unique<Listener>();
+    l->worker = this;
+    l->id = id;
+    uv_timer_init(&loop_, &l->resume);
+    l->resume.data = l.get();
+    ++l->open_handles;
+    l->spare_fd = ::dup(fd);
+    listeners_.push_back(std::move(l));
+    Listener& ref = *listeners_.back();
+    for (const auto& [nid, name] : c.names) {
+      if (nid == id) ref.view = snapshot_->find_listener(name);
+    }
+    listen_on(ref, fd);
+  }
+  for (auto& l : listeners_) {
+    l->view = -1;
+    for (const auto& [nid, name] : c.names) {
+      if (nid == l->id) l->view = snapshot_->find_listener(name);
+    }
+    // A kept socket takes the listener's new options (accepted sockets inherit
+    // them) and backlog.
+    uv_os_fd_t fd = -1;
+    if (l->view >= 0 && l->tcp_open && uv_fileno(as_handle(&l->tcp), &fd) == 0) {
+      const ListenerConfig& lc = *snapshot_->listeners[static_cast<std::size_t>(l->view)].config;
+      set_keepalive(fd, lc);
+      ::listen(fd, static_cast<int>(lc.backlog));
+    }
+  }
+}
+
+void Worker::on_listener_handle_closed(uv_handle_t* h) {
+  auto* l = static_cast<Listener*>(h->data);
+  if (h == as_handle(&l->tcp)) l->tcp_open = false;
+  if (--l->open_handles > 0 || !l->removing) return;
+  Worker* w = l->worker;
+  std::erase_if(w->listeners_, [l](const std::unique_ptr<Listener>& x) { return x.get() == l; });
+  w->maybe_finish_stop();
+}
+
+void Worker::close_listener(Listener& l) {
+  l.removing = true;
+  if (l.tcp_open && !uv_is_closing(as_handle(&l.tcp))) uv_close(as_handle(&l.tcp), on_listener_handle_closed);
+  if (!uv_is_closing(as_handle(&l.resume))) uv_close(as_handle(&l.resume), on_listener_handle_closed);
+  if (l.spare_fd >= 0) {
+    ::close(l.spare_fd);
+    l.spare_fd = -1;
+  }
 }
 
 void Worker::on_connection(uv_stream_t* server, int status) {
-  auto* lh = static_cast<ListenerHandle*>(server->data);
-  Worker* w = lh->worker;
-  if (status < 0) {
-    spdlog::warn("listener \"{}\": accept error: {}", w->runtime_->listeners[lh->index].config->name,
-                 uv_strerror(status));
+  auto* l = static_cast<Listener*>(server->data);
+  Worker* w = l->worker;
+  if (status == UV_EMFILE || status == UV_ENFILE) {
+    w->pause_accepting(*l, status);
     return;
   }
-  Session::accept(*w, w->runtime_->listeners[lh->index], server);
+  if (status < 0) {
+    spdlog::warn("worker {}: listener \"{}\": accept error: {}", w->id_, l->name(), uv_strerror(status));
+    return;
+  }
+  if (l->view < 0 || !w->snapshot_) {
+    // No listener of the current configuration uses this socket (cannot
+    // happen while the control loop keeps ids and names in step). Leaving the
+    // connection unaccepted stops libuv from reading this socket.
+    spdlog::error("worker {}: listening socket {} has no listener in configuration {}", w->id_, l->id,
+                  w->snapshot_ ? w->snapshot_->generation : 0);
+    return;
+  }
+  const int r = Session::accept(*w, w->snapshot_, w->snapshot_->listeners[static_cast<std::size_t>(l->view)], server);
+  if (r == 0 && l->episode) {
+    l->episode = false;
+    l->backoff_ms = kFirstBackoffMs;
+    spdlog::info("worker {}: listener \"{}\": accepting again after {} ms ({} accept(s) failed for lack of file "
+                 "descriptors)",
+                 w->id_, l->name(), uv_now(&w->loop_) - l->episode_start_ms, l->failed_accepts);
+    l->failed_accepts = 0;
+  } else if (r < 0) {
+    spdlog::warn("worker {}: listener \"{}\": accept failed: {}", w->id_, l->name(), uv_strerror(r));
+  }
 }
 
-void Worker::link(Session* s) {
-  s->next = sessions_;
-  if (sessions_) sessions_->prev = s;
-  sessions_ = s;
+// Out of file descriptors: libuv would retry accept() at once, forever, and
+// freeze this worker's sessions. Stop accepting on this worker for a short
+// back-off (nginx waits too), then try again; one log line per episode.
+void Worker::pause_accepting(Listener& l, int err) {
+  ++l.failed_accepts;
+  if (l.paused || l.removing || stopping_) return;
+  l.paused = true;
+  snapshot_->registry->counters().accept_pauses.fetch_add(1, std::memory_order_relaxed);
+  if (!l.episode) {
+    l.episode = true;
+    l.episode_start_ms = uv_now(&loop_);
+    spdlog::warn("worker {}: listener \"{}\": cannot accept: {}; pausing accepts on this worker for {} ms and "
+                 "retrying until descriptors are free",
+                 id_, l.name(), uv_strerror(err), l.backoff_ms);
+  }
+  // Closing the handle is the only way to stop libuv's accept loop; the
+  // socket itself lives on in spare_fd, so no connection queued in the kernel
+  // is lost.
+  uv_close(as_handle(&l.tcp), on_listener_handle_closed);
+  uv_timer_start(&l.resume, on_resume_timer, l.backoff_ms, 0);
+  l.backoff_ms = std::min(l.backoff_ms * 2, kMaxBackoffMs);
+}
+
+void Worker::on_resume_timer(uv_timer_t* t) {
+  auto* l = static_cast<Listener*>(t->data);
+  Worker* w = l->worker;
+  if (l->removing || w->stopping_ || l->tcp_open) return;
+  // The handle takes one descriptor, the spare keeps another for next time.
+  const int fd = ::dup(l->spare_fd);
+  if (fd < 0) {
+    ++l->failed_accepts;
+    uv_timer_start(&l->resume, on_resume_timer, l->backoff_ms, 0);
+    l->backoff_ms = std::min(l->backoff_ms * 2, kMaxBackoffMs);
+    return;
+  }
+  l->paused = false;
+  if (!w->listen_on(*l, fd)) {
+    uv_timer_start(&l->resume, on_resume_timer, l->backoff_ms, 0);
+  }
+}
+
+// ---- sessions --------------------------------------------------------------
+
+void Worker::link(Session& s) {
+  s.next = sessions_;
+  if (sessions_) sessions_->prev = &s;
+  sessions_ = &s;
   ++session_count_;
 }
 
-void Worker::unlink(Session* s) {
-  if (s->prev) s->prev->next = s->next;
-  if (s->next) s->next->prev = s->prev;
-  if (sessions_ == s) sessions_ = s->next;
-  s->prev = s->next = nullptr;
+void Worker::unlink(Session& s) {
+  if (s.prev) s.prev->next = s.next;
+  if (s.next) s.next->prev = s.prev;
+  if (sessions_ == &s) sessions_ = s.next;
+  s.prev = s.next = nullptr;
   --session_count_;
   maybe_finish_stop();
 }
 
-void Worker::on_async(uv_async_t* a) { static_cast<Worker*>(a->data)->begin_stop(); }
+void Worker::close_sessions(const WorkerCommand& c) {
+  const std::uint64_t now = uv_now(&loop_);
+  const auto spread = static_cast<std::uint64_t>(c.spread.count());
+  // Sessions unlink themselves only from close callbacks, later: iterating is safe.
+  for (Session* s = sessions_; s != nullptr; s = s->next) {
+    if (s->server() != c.server.get() || s->closing()) continue;
+    if (spread == 0) {
+      s->terminate(c.cause);
+    } else {
+      rng_ ^= rng_ << 13;
+      rng_ ^= rng_ >> 7;
+      rng_ ^= rng_ << 17;
+      s->close_at(now + rng_ % spread, c.cause);
+    }
+  }
+}
+
+// ---- stopping --------------------------------------------------------------
 
 void Worker::begin_stop() {
   if (stopping_) return;
   stopping_ = true;
-  for (auto& lh : listeners_) uv_close(reinterpret_cast<uv_handle_t*>(&lh->tcp), nullptr);
+  for (auto& l : listeners_) {
+    if (!l->removing) close_listener(*l);
+  }
   if (session_count_ > 0) {
     spdlog::info("worker {}: stopped accepting; waiting for {} session(s)", id_, session_count_);
-    auto ms = static_cast<std::uint64_t>(runtime_->config->global.shutdown_timeout.count());
+    const auto ms = snapshot_ ? static_cast<std::uint64_t>(snapshot_->config->global.shutdown_timeout.count()) : 0;
     uv_timer_start(&shutdown_timer_, on_shutdown_timer, ms, 0);
   }
   maybe_finish_stop();
@@ -98,19 +316,18 @@ void Worker::begin_stop() {
 void Worker::on_shutdown_timer(uv_timer_t* t) {
   auto* w = static_cast<Worker*>(t->data);
   spdlog::info("worker {}: shutdown_timeout reached; closing {} session(s)", w->id_, w->session_count_);
-  // Sessions unlink themselves only from close callbacks, later: iterating is safe.
   for (Session* s = w->sessions_; s != nullptr; s = s->next) s->terminate(Cause::shutdown);
 }
 
 void Worker::maybe_finish_stop() {
-  if (stopping_ && session_count_ == 0) close_all();
+  if (stopping_ && session_count_ == 0 && listeners_.empty()) close_all();
 }
 
 void Worker::close_all() {
   if (closed_) return;
   closed_ = true;
-  uv_close(reinterpret_cast<uv_handle_t*>(&stop_async_), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&shutdown_timer_), nullptr);
+  uv_close(as_handle(&async_), nullptr);
+  uv_close(as_handle(&shutdown_timer_), nullptr);
 }
 
 }  // namespace sluice

@@ -1,70 +1,122 @@
 // A worker: one thread, one uv loop, its own listening socket per listener
 // (SO_REUSEPORT, so the kernel spreads accepts), its own buffer pool and the
 // list of its live sessions. Sessions never cross workers.
+//
+// The control loop talks to a worker only through its mailbox (a locked queue
+// plus a uv_async_t): a new Snapshot with listener changes, "close the
+// sessions of server X", or "stop". Nothing else reaches into a worker.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <uv.h>
 
 #include "proxy/buffer_pool.hpp"
+#include "proxy/session_host.hpp"
+#include "sluice/cause.hpp"
+#include "sluice/config.hpp"
 
 namespace sluice {
 
-struct Runtime;
 class Session;
+class ServerState;
+class Snapshot;
 class Worker;
 
-struct ListenerHandle {
-  uv_tcp_t tcp{};
-  Worker* worker = nullptr;
-  std::size_t index = 0;  // into Runtime::listeners
+struct WorkerCommand {
+  enum class Kind { update, close_sessions, stop, stop_now };
+  Kind kind = Kind::update;
+
+  // update: the Snapshot new sessions use from now on, the listening sockets
+  // to start (socket id, this worker's fd) and to stop (socket id), and which
+  // listener (by name) each socket id serves in `snapshot`.
+  std::shared_ptr<const Snapshot> snapshot;
+  std::vector<std::pair<std::uint64_t, int>> open;
+  std::vector<std::uint64_t> close;
+  std::vector<std::pair<std::uint64_t, std::string>> names;
+
+  // close_sessions: end the sessions on `server` with `cause`, each at a
+  // random moment within `spread` (0 = now).
+  // stop: stop accepting, let sessions finish up to shutdown_timeout.
+  // stop_now: as stop, and close every session at once (cause shutdown).
+  std::shared_ptr<const ServerState> server;
+  Cause cause = Cause::none;
+  Duration spread{0};
+
+  static WorkerCommand of(Kind k) {
+    WorkerCommand c;
+    c.kind = k;
+    return c;
+  }
 };
 
-class Worker {
+class Worker final : public SessionHost {
  public:
-  // `fds[i]` is this worker's bound, listening socket for listener i.
-  Worker(unsigned id, std::shared_ptr<Runtime> runtime, std::vector<int> fds);
+  // `stopped` (on the control loop) is signalled once this worker's loop has
+  // ended after a stop.
+  Worker(unsigned id, uv_async_t* stopped);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  void start();         // spawns the thread
-  void request_stop();  // thread-safe: graceful stop
+  void start();  // spawns the thread
   void join();
+  // Thread-safe; the only way in once the thread runs.
+  void post(WorkerCommand command);
 
   unsigned id() const { return id_; }
-  uv_loop_t* loop() { return &loop_; }
-  BufferPool& pool() { return pool_; }
-  const std::shared_ptr<Runtime>& runtime() const { return runtime_; }
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
 
-  void link(Session* s);
-  void unlink(Session* s);  // called from the session's last close callback
+  // SessionHost
+  uv_loop_t* loop() override { return &loop_; }
+  BufferPool& pool() override { return pool_; }
+  void link(Session& s) override;
+  void unlink(Session& s) override;
 
  private:
+  struct Listener;
+
   void run();
+  void drain_mailbox();
+  void apply_update(WorkerCommand& c);
+  void close_sessions(const WorkerCommand& c);
   void begin_stop();
   void maybe_finish_stop();
   void close_all();
+  bool listen_on(Listener& l, int fd);
+  void pause_accepting(Listener& l, int err);
+  void close_listener(Listener& l);
 
   static void on_connection(uv_stream_t* server, int status);
   static void on_async(uv_async_t* a);
   static void on_shutdown_timer(uv_timer_t* t);
+  static void on_resume_timer(uv_timer_t* t);
+  static void on_listener_handle_closed(uv_handle_t* h);
 
   unsigned id_;
-  std::shared_ptr<Runtime> runtime_;
-  std::vector<int> fds_;
+  uv_async_t* stopped_;
+  std::atomic<bool> finished_{false};
   uv_loop_t loop_{};
-  uv_async_t stop_async_{};
+  uv_async_t async_{};
   uv_timer_t shutdown_timer_{};
-  std::vector<std::unique_ptr<ListenerHandle>> listeners_;
+  std::mutex mu_;
+  std::deque<WorkerCommand> mailbox_;  // under mu_
+  std::shared_ptr<const Snapshot> snapshot_;
+  std::vector<std::unique_ptr<Listener>> listeners_;
   BufferPool pool_;
   std::thread thread_;
   Session* sessions_ = nullptr;
   std::size_t session_count_ = 0;
+  std::uint64_t rng_ = 0x9E3779B97F4A7C15ULL;
   bool stopping_ = false;
   bool closed_ = false;
 };

@@ -288,18 +288,26 @@ Status ClientHelloParser::step() {
       return Status::need_more;
     }
 
-    handshake_.insert(handshake_.end(), h + kRecordHeaderLen, h + kRecordHeaderLen + len);
+    const std::uint8_t* payload = h + kRecordHeaderLen;
+    if (handshake_.empty() && len >= kHandshakeHeaderLen) {
+      if (const char* err = check_handshake_header(payload, kHandshakeHeaderLen, max_bytes_)) {
+        return fail(Status::malformed, err);
+      }
+      const std::size_t body_len =
+          (std::size_t{payload[1]} << 16) | (std::size_t{payload[2]} << 8) | payload[3];
+      if (len >= kHandshakeHeaderLen + body_len) {
+        // The whole hello in one record: parse it where it lies.
+        const char* err = parse_client_hello(Reader(payload + kHandshakeHeaderLen, body_len), info_);
+        if (err != nullptr) {
+          info_ = ClientHelloInfo{};
+          return fail(Status::malformed, err);
+        }
+        return Status::done;
+      }
+    }
+    handshake_.insert(handshake_.end(), payload, payload + len);
     record_pos_ += kRecordHeaderLen + len;
   }
-}
-
-std::string normalize_host(std::string_view host) {
-  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
-  std::string out(host);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
 }
 
 }  // namespace sluice::preread

@@ -52,11 +52,11 @@ class ClientHelloParser {
   const char* error_ = "";
   ClientHelloInfo info_;
   std::vector<std::uint8_t> records_;   // raw bytes received so far
-  std::vector<std::uint8_t> handshake_; // handshake payload reassembled across records
+  // The handshake payload reassembled across records; stays empty when the
+  // whole ClientHello sits in its first record (the common case), which is
+  // then parsed in place so the input is held once.
+  std::vector<std::uint8_t> handshake_;
   std::size_t record_pos_ = 0;          // next unparsed record header in records_
 };
-
-// SNI helpers shared by the router and tests: lower-case, trailing dot removed.
-std::string normalize_host(std::string_view host);
 
 }  // namespace sluice::preread

@@ -1,6 +1,6 @@
 #include "preread/sni_router.hpp"
 
-#include "preread/client_hello.hpp"
+#include "sluice/host.hpp"
 
 namespace sluice::preread {
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include <uv.h>
@@ -17,6 +18,7 @@ struct Buffer {
   static constexpr std::size_t kSize = 32 * 1024;
   uv_write_t req;      // used while the buffer's bytes sit in a write queue
   Pump* pump = nullptr;
+  std::uint32_t queued = 0;  // bytes handed to uv_write (counted as delivered when it completes)
   char data[kSize];
 
   static Buffer* from_data(char* p);

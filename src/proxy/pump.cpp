@@ -5,6 +5,12 @@
 
 namespace sluice {
 
+namespace {
+
+Pump* pump_of(const uv_handle_t* h) { return static_cast<Pump*>(static_cast<HandleOwner*>(h->data)); }
+
+}  // namespace
+
 int Pump::start() {
   reading = true;
   return uv_read_start(src, on_alloc, on_read);
@@ -18,25 +24,29 @@ void Pump::stop() {
 }
 
 int Pump::write_initial(char* data, std::size_t len, uv_write_t* req) {
-  bytes += len;
   req->data = this;
+  initial_len = static_cast<std::uint32_t>(len);
   uv_buf_t buf = uv_buf_init(data, static_cast<unsigned>(len));
   return uv_write(req, dst, &buf, 1, [](uv_write_t* r, int status) {
     auto* p = static_cast<Pump*>(r->data);
-    if (status < 0 && status != UV_ECANCELED && !p->session->closing()) {
-      p->session->on_pump_error(*p, status, true);
+    if (status < 0) {
+      if (status != UV_ECANCELED && !p->session->closing()) p->session->on_pump_error(*p, status, true);
+      return;
     }
+    p->bytes += p->initial_len;
+    p->session->touch();
+    p->session->on_initial_written();
   });
 }
 
 void Pump::on_alloc(uv_handle_t* h, std::size_t /*suggested*/, uv_buf_t* buf) {
-  auto* p = static_cast<Pump*>(h->data);
+  Pump* p = pump_of(h);
   Buffer* b = p->session->pool().get();
   *buf = uv_buf_init(b->data, Buffer::kSize);
 }
 
 void Pump::on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
-  auto* p = static_cast<Pump*>(s->data);
+  Pump* p = pump_of(reinterpret_cast<uv_handle_t*>(s));
   if (nread > 0) {
     p->handle_data(buf->base, static_cast<std::size_t>(nread));
     return;
@@ -60,11 +70,11 @@ void Pump::on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
 void Pump::handle_data(char* base, std::size_t len) {
   Buffer* b = Buffer::from_data(base);
   session->touch();
-  bytes += len;
   uv_buf_t out = uv_buf_init(base, static_cast<unsigned>(len));
   // Most writes complete at once; only the remainder is queued.
   int w = uv_try_write(dst, &out, 1);
   if (w == static_cast<int>(len)) {
+    bytes += len;
     session->pool().put(b);
     return;
   }
@@ -74,10 +84,12 @@ void Pump::handle_data(char* base, std::size_t len) {
     return;
   }
   if (w > 0) {
+    bytes += static_cast<std::size_t>(w);
     out.base += w;
     out.len -= static_cast<unsigned>(w);
   }
   b->pump = this;
+  b->queued = static_cast<std::uint32_t>(out.len);
   int r = uv_write(&b->req, dst, &out, 1, on_write);
   if (r < 0) {
     session->pool().put(b);
@@ -96,11 +108,16 @@ void Pump::on_write(uv_write_t* req, int status) {
   Buffer* b = reinterpret_cast<Buffer*>(req);  // req is Buffer's first member
   Pump* p = b->pump;
   Session* s = p->session;
+  const std::uint32_t queued = b->queued;
   s->pool().put(b);
   if (status < 0) {
     if (status != UV_ECANCELED && !s->closing()) s->on_pump_error(*p, status, true);
     return;
   }
+  p->bytes += queued;
+  // A slow reader draining a queue is activity too: it must not be cut by
+  // idle_timeout or fin_timeout.
+  s->touch();
   p->after_write_progress();
 }
 

@@ -9,6 +9,9 @@
 //
 // Half-close: EOF from `src` becomes uv_shutdown(dst) (a FIN once every queued
 // write has flushed); the other direction keeps flowing.
+//
+// `bytes` counts what `dst`'s kernel accepted, not what was read: bytes still
+// queued when a session is reset were never delivered and are not counted.
 #pragma once
 
 #include <cstddef>
@@ -16,22 +19,22 @@
 
 #include <uv.h>
 
+#include "proxy/session_host.hpp"
+
 namespace sluice {
 
-class Session;
-
-struct Pump {
+struct Pump : HandleOwner {
   static constexpr std::size_t kHighWater = 128 * 1024;
   static constexpr std::size_t kLowWater = 32 * 1024;
 
-  Session* session = nullptr;
   uv_stream_t* src = nullptr;
   uv_stream_t* dst = nullptr;
   const char* name = "";       // "client->server" / "server->client"
   bool src_is_client = false;
 
-  std::uint64_t bytes = 0;     // bytes read from src (and so handed to dst)
+  std::uint64_t bytes = 0;     // bytes delivered to dst (accepted by its kernel)
   std::uint32_t pauses = 0;    // times reading stopped on the high watermark
+  std::uint32_t initial_len = 0;  // bytes of write_initial() in flight
   bool reading = false;
   bool paused = false;
   bool eof = false;            // src sent FIN

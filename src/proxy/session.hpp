@@ -1,10 +1,11 @@
 // One client connection, from accept to the last close callback.
 //
-//   accepted -> prereading (TLS listeners) -> connecting -> proxying -> closing
+//   accepted -> prereading (preread listeners) -> connecting -> proxying -> closing
 //
 // Every state change goes through set_state(); every ending through finish(),
 // which records the one termination cause. The object deletes itself in the
 // last close callback of its handles, never inside a read or write callback.
+// The connect/retry loop is the Connector's; the preread is a PrereadStage's.
 #pragma once
 
 #include <cstdint>
@@ -15,35 +16,43 @@
 #include <netinet/in.h>
 #include <uv.h>
 
-#include "preread/client_hello.hpp"
+#include "proxy/connector.hpp"
+#include "proxy/preread_stage.hpp"
 #include "proxy/pump.hpp"
+#include "proxy/session_host.hpp"
 #include "sluice/cause.hpp"
-#include "upstream/server_state.hpp"
 
 namespace sluice {
 
 class BufferPool;
-class Upstream;
-class Worker;
-struct ListenerRuntime;
-struct Runtime;
+class ServerState;
+class Snapshot;
+struct ListenerView;
 
 class Session {
  public:
   enum class State {
     accepted,    // client accepted, nothing read yet
-    prereading,  // reading the TLS ClientHello to choose an upstream
+    prereading,  // reading the first bytes (TLS ClientHello, ...) to choose an upstream
     connecting,  // a connect attempt to a server is in flight (or being retried)
     proxying,    // both pumps running
     closing,     // finish() called; waiting for close callbacks
   };
 
-  // Accepts one pending connection from `listener` and runs it. Returns false
-  // when accept itself failed (nothing to clean up then).
-  static bool accept(Worker& worker, const ListenerRuntime& lr, uv_stream_t* listener);
+  // Accepts one pending connection from `listener` and runs it with the
+  // listener's view `lv` in `snapshot`. Returns the libuv error when accept
+  // itself failed (nothing to clean up then), else 0.
+  static int accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
+                    uv_stream_t* listener);
 
-  // Ends the session now (graceful-stop deadline); no-op when already closing.
+  // Ends the session now (graceful-stop deadline, server down, ...); no-op
+  // when already closing.
   void terminate(Cause cause) { finish(cause); }
+  // Ends the session with `cause` at loop time `at_ms` (a spread-out drain).
+  void close_at(std::uint64_t at_ms, Cause cause);
+  // The server this session is on (or connecting to); null if none.
+  const ServerState* server() const { return connector_.server(); }
+  State state() const { return state_; }
 
   // Called by the pumps.
   BufferPool& pool();
@@ -51,81 +60,83 @@ class Session {
   void on_pump_eof(Pump& p);
   void on_pump_fin_sent(Pump& p);
   void on_pump_error(Pump& p, int err, bool at_dst);
+  void on_initial_written();
   bool closing() const { return state_ == State::closing; }
 
-  // Intrusive list owned by the worker (for graceful stop).
+  // Intrusive list owned by the host.
   Session* prev = nullptr;
   Session* next = nullptr;
 
  private:
-  Session(Worker& worker, const ListenerRuntime& lr);
+  friend class Connector;
+
+  Session(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv);
   ~Session();
 
   void set_state(State s);
   void begin();
+  bool admit();
   void begin_preread();
   void on_preread_data(const char* data, std::size_t len);
   void route_and_connect(Upstream* up);
-  void connect_next();
-  void on_connected();
-  void attempt_failed(ConnectResult result, int err);
   void start_proxying();
   void finish(Cause cause);
   void arm_timer();
   void on_timer();
   void on_handle_closed(uv_handle_t* h);
-  void release_server();
-  std::string hash_key() const;
+  void write_access_record();
+  std::string hash_key(const Upstream& up) const;
   std::string client_address() const;  // "ip:port", empty when unknown
   std::string client_ip() const;        // empty when unknown
-
   void stop_client_reading();
+
+  // For the Connector.
+  uv_loop_t* loop() { return host_.loop(); }
+  uv_tcp_t* open_server();
+  void close_server_for_retry();
+  int start_server_reading() { return s2c_.start(); }
+  void on_connected();
+  const ListenerConfig& listener_config() const;
 
   static void on_client_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
   static void on_client_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
-  static void on_connect_cb(uv_connect_t* req, int status);
   static void on_timer_cb(uv_timer_t* t);
   static void on_close_cb(uv_handle_t* h);
 
-  Worker& worker_;
-  const ListenerRuntime& lr_;
-  std::shared_ptr<Runtime> runtime_;  // keeps the snapshot alive for our lifetime
+  SessionHost& host_;
+  std::shared_ptr<const Snapshot> snapshot_;  // keeps the configuration alive for our lifetime
+  const ListenerView& lv_;
   State state_ = State::accepted;
   Cause cause_ = Cause::none;
 
   uv_tcp_t client_{};
   uv_tcp_t server_{};
   uv_timer_t timer_{};
-  uv_connect_t connect_req_{};
-  uv_write_t preread_write_{};
+  HandleOwner timer_owner_{};
+  uv_write_t initial_write_{};
   bool server_open_ = false;     // server_ initialised and not yet closed
   bool server_closing_ = false;  // uv_close(server_) issued, callback pending
+  bool counted_ = false;         // counted in the connection totals
   int open_handles_ = 0;
 
   Pump c2s_;
   Pump s2c_;
-
-  // Choice of server.
-  Upstream* upstream_ = nullptr;
-  long server_index_ = -1;
-  bool holding_server_ = false;  // counted in the server's `active`
-  std::vector<bool> tried_;
-  unsigned attempts_ = 0;
+  Connector connector_;
 
   // Times in loop milliseconds (uv_now).
   std::uint64_t start_ms_ = 0;
-  std::uint64_t first_attempt_ms_ = 0;
-  std::uint64_t attempt_deadline_ms_ = 0;
   std::uint64_t connected_ms_ = 0;
   bool connected_ = false;
   std::uint64_t last_activity_ms_ = 0;
-  std::uint64_t fin_deadline_ms_ = 0;
-  std::uint64_t timer_due_ms_ = 0;  // when the timer fires; 0 = not armed
+  bool half_closed_ = false;        // a FIN has been seen: fin_timeout applies
   bool client_fin_first_ = false;
+  std::uint64_t timer_due_ms_ = 0;  // when the timer fires; 0 = not armed
+  std::uint64_t close_at_ms_ = 0;   // scheduled end (drain); 0 = none
+  Cause close_at_cause_ = Cause::none;
 
-  // TLS preread.
-  std::unique_ptr<preread::ClientHelloParser> parser_;
-  std::vector<std::uint8_t> preread_bytes_;  // the hello and anything after it, for the server
+  // Preread: the stage while it runs, then the bytes for the server.
+  std::unique_ptr<PrereadStage> stage_;
+  std::vector<std::uint8_t> forward_;  // sent to the server first; freed once written
   bool client_reading_ = false;  // the session reads the client (before c2s_ takes over)
   ssize_t client_end_ = 0;       // EOF or error read while connecting
   std::string sni_;

@@ -16,11 +16,9 @@
 #include <string_view>
 
 #include "sluice/config.hpp"
+#include "sluice/time.hpp"
 
 namespace sluice {
-
-using Clock = std::chrono::steady_clock;
-using TimePoint = Clock::time_point;
 
 class PassiveHealth {
  public:
@@ -34,6 +32,9 @@ class PassiveHealth {
 
   PassiveHealth(std::uint32_t max_fails, Duration fail_timeout);
 
+  // A reload may change the parameters; the state is kept.
+  void configure(std::uint32_t max_fails, Duration fail_timeout);
+
   // May a new connection be sent here now? (up, or down with its period over)
   bool eligible(TimePoint now) const;
   // The balancer chose this server: a down server whose period is over enters trial.
@@ -45,6 +46,8 @@ class PassiveHealth {
 
   State state() const { return state_; }
   std::uint32_t fails() const { return fails_; }
+  // When the server last became unavailable (meaningful while not up).
+  TimePoint down_since() const { return down_since_; }
 
  private:
   std::uint32_t max_fails_;
@@ -56,8 +59,5 @@ class PassiveHealth {
   TimePoint down_since_{};    // when the server last became unavailable
   TimePoint trial_until_{};   // a trial not reported by then is abandoned
 };
-
-// "250ms", "10s", "1.5s", "5m", "1h": the config file's duration style.
-std::string format_duration(Duration d);
 
 }  // namespace sluice

@@ -4,17 +4,44 @@
 
 namespace sluice {
 
-ServerState::ServerState(const std::string& upstream_name, const ServerConfig& server,
-                         std::uint32_t max_fails, Duration fail_timeout)
-    : upstream(upstream_name),
-      address(server.address),
-      weight(server.weight),
-      max_conns(server.max_conns),
-      backup(server.backup),
-      health_(max_fails, fail_timeout) {}
+std::string_view to_string(AdminState s) {
+  switch (s) {
+    case AdminState::enabled: return "enabled";
+    case AdminState::drain: return "drain";
+    case AdminState::disabled: return "disabled";
+  }
+  return "enabled";
+}
+
+std::string_view to_string(ActiveState s) {
+  switch (s) {
+    case ActiveState::unchecked: return "unchecked";
+    case ActiveState::up: return "up";
+    case ActiveState::down: return "down";
+  }
+  return "unchecked";
+}
+
+std::int64_t wall_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+ServerState::ServerState(std::string upstream_name, Endpoint addr, std::uint32_t max_fails, Duration fail_timeout)
+    : upstream(std::move(upstream_name)), address(std::move(addr)), health_(max_fails, fail_timeout) {}
+
+void ServerState::observe_connect(double seconds) {
+  std::size_t i = 0;
+  while (i < kConnectBuckets.size() && seconds > kConnectBuckets[i]) ++i;
+  connect_buckets[i].fetch_add(1, std::memory_order_relaxed);
+  connect_sum_us.fetch_add(static_cast<std::uint64_t>(seconds * 1e6), std::memory_order_relaxed);
+  connect_count.fetch_add(1, std::memory_order_relaxed);
+  last_connect_ms.store(wall_ms(), std::memory_order_relaxed);
+}
 
 bool ServerState::eligible(TimePoint now) const {
-  if (max_conns != 0 && active.load(std::memory_order_relaxed) >= max_conns) return false;
+  if (admin_.load(std::memory_order_acquire) != AdminState::enabled) return false;
+  if (active_state_.load(std::memory_order_acquire) == ActiveState::down) return false;
   if (clean_.load(std::memory_order_acquire)) return true;
   std::lock_guard lock(mu_);
   return health_.eligible(now);
@@ -27,7 +54,15 @@ void ServerState::on_selected(TimePoint now) {
   health_.on_selected(now);
 }
 
+void ServerState::configure_passive(std::uint32_t max_fails, Duration fail_timeout) {
+  std::lock_guard lock(mu_);
+  health_.configure(max_fails, fail_timeout);
+  clean_.store(health_.state() == PassiveHealth::State::up && health_.fails() == 0, std::memory_order_release);
+}
+
 void ServerState::report(ConnectResult result, std::string_view error, TimePoint now) {
+  // Our own resource trouble says nothing about the server.
+  if (result == ConnectResult::local_error) return;
   // The common case: a healthy server connected. Nothing to record, no lock.
   if (result == ConnectResult::connected && clean_.load(std::memory_order_acquire)) return;
   PassiveHealth::Transition t;
@@ -37,13 +72,15 @@ void ServerState::report(ConnectResult result, std::string_view error, TimePoint
       t = health_.on_success(now);
     } else {
       total_failures.fetch_add(1, std::memory_order_relaxed);
-      if (error.empty()) {
-        error = result == ConnectResult::timed_out ? "connect timed out" : "connect failed";
-      }
+      if (error.empty()) error = result == ConnectResult::timed_out ? "connect timed out" : "connect failed";
       t = health_.on_failure(now, error);
     }
-    clean_.store(health_.state() == PassiveHealth::State::up && health_.fails() == 0,
-                 std::memory_order_release);
+    if (t.changed) {
+      passive_reason_ = t.reason;
+      passive_since_ms_ = wall_ms();
+      if (t.now_up) up_since_ = now;  // slow start ramps after a passive recovery too
+    }
+    clean_.store(health_.state() == PassiveHealth::State::up && health_.fails() == 0, std::memory_order_release);
   }
   // Log outside the lock; each transition is seen by exactly one report() call.
   if (t.changed) {
@@ -57,9 +94,88 @@ void ServerState::report(ConnectResult result, std::string_view error, TimePoint
   }
 }
 
+void ServerState::set_active(ActiveState s, std::string_view reason, Duration detect) {
+  const ActiveState before = active_state_.exchange(s, std::memory_order_acq_rel);
+  {
+    std::lock_guard lock(mu_);
+    active_reason_ = std::string(reason);
+    if (before != s) active_since_ms_ = wall_ms();
+    if (s == ActiveState::up && before != ActiveState::up) up_since_ = Clock::now();
+  }
+  if (before == s) return;
+  if (s == ActiveState::up) {
+    if (before == ActiveState::down) {
+      spdlog::info("upstream \"{}\" server {} is up (active check): {} (detected in {})", upstream, address.text,
+                   reason, format_duration(detect));
+    }
+  } else if (s == ActiveState::down) {
+    spdlog::warn("upstream \"{}\" server {} marked down (active check): {} (detected in {})", upstream,
+                 address.text, reason, format_duration(detect));
+  }
+}
+
+TimePoint ServerState::up_since() const {
+  std::lock_guard lock(mu_);
+  return up_since_;
+}
+
+void ServerState::set_admin(AdminState s) {
+  const AdminState before = admin_.exchange(s, std::memory_order_acq_rel);
+  if (before == s) return;
+  {
+    std::lock_guard lock(mu_);
+    admin_since_ms_ = wall_ms();
+  }
+  spdlog::info("upstream \"{}\" server {}: admin state {} -> {}", upstream, address.text, to_string(before),
+               to_string(s));
+}
+
+void ServerState::set_weight_override(std::uint32_t weight, std::uint32_t file_weight) {
+  weight_override_base_.store(file_weight, std::memory_order_relaxed);
+  weight_override_.store(weight, std::memory_order_relaxed);
+}
+
 bool ServerState::passive_up() const {
   std::lock_guard lock(mu_);
   return health_.state() == PassiveHealth::State::up;
+}
+
+ServerState::Status ServerState::status(TimePoint now) const {
+  Status st;
+  std::lock_guard lock(mu_);
+  switch (health_.state()) {
+    case PassiveHealth::State::up: st.passive = "up"; break;
+    case PassiveHealth::State::down: st.passive = "down"; break;
+    case PassiveHealth::State::trial: st.passive = "trial"; break;
+  }
+  st.passive_fails = health_.fails();
+  st.active_reason = active_reason_;
+  st.active_since_ms = active_since_ms_;
+  const AdminState admin = admin_.load(std::memory_order_acquire);
+  const ActiveState active = active_state_.load(std::memory_order_acquire);
+  if (admin == AdminState::disabled) {
+    st.state = "disabled";
+    st.reason = "disabled through the admin API";
+    st.since_ms = admin_since_ms_;
+  } else if (admin == AdminState::drain) {
+    st.state = "drained";
+    st.reason = "draining through the admin API";
+    st.since_ms = admin_since_ms_;
+  } else if (active == ActiveState::down) {
+    st.state = "down";
+    st.reason = "active check: " + active_reason_;
+    st.since_ms = active_since_ms_;
+  } else if (health_.state() != PassiveHealth::State::up && !health_.eligible(now)) {
+    st.state = "down";
+    st.reason = "passive: " + passive_reason_;
+    st.since_ms = passive_since_ms_;
+  } else {
+    st.state = "up";
+    st.reason = active == ActiveState::up ? "active check: " + active_reason_
+                                          : (passive_reason_.empty() ? std::string("no failures") : passive_reason_);
+    st.since_ms = std::max({passive_since_ms_, active_since_ms_, admin_since_ms_});
+  }
+  return st;
 }
 
 }  // namespace sluice

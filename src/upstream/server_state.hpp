@@ -1,8 +1,15 @@
-// One configured server's shared state: read and written by every worker.
-// Hot counters are atomics; passive health sits behind a small mutex that is
-// taken only on the rare paths (failure, trial, recovery) and on selection.
+// One server's long-lived state, shared by every worker and kept across
+// reloads (the Registry hands out one per upstream name + address). What the
+// file says about the server (weight, max_conns, backup) is not here: that is
+// per configuration, in the Snapshot's membership (upstream/upstream.hpp).
+//
+// Hot counters are atomics written with relaxed ordering. Passive health sits
+// behind a small mutex taken only on the rare paths (failure, trial,
+// recovery); active health and the admin state are single atomics read on
+// every pick.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -10,45 +17,117 @@
 #include <string_view>
 
 #include "sluice/config.hpp"
+#include "sluice/time.hpp"
 #include "upstream/passive_health.hpp"
 
 namespace sluice {
 
-// Typed result of one connect attempt, reported by the data path.
-enum class ConnectResult { connected, failed, timed_out };
+// Typed result of one connect attempt, reported by the data path. Only the
+// server's own failures count against its health; `local_error` (our fds,
+// ports or memory ran out) never does.
+enum class ConnectResult { connected, failed, timed_out, local_error };
+
+// What an operator set through the admin API.
+enum class AdminState : std::uint8_t {
+  enabled,   // normal
+  drain,     // no new sessions; live ones stay
+  disabled,  // no new sessions; live ones were closed (cause server_drained)
+};
+
+// What active checks say. `unchecked`: the upstream has no [health] table.
+enum class ActiveState : std::uint8_t { unchecked, up, down };
+
+std::string_view to_string(AdminState s);
+std::string_view to_string(ActiveState s);
+
+// Connect-latency histogram buckets (upper bounds, seconds), Prometheus style.
+inline constexpr std::array<double, 12> kConnectBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                           0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
 
 class ServerState {
  public:
-  ServerState(const std::string& upstream_name, const ServerConfig& server,
-              std::uint32_t max_fails, Duration fail_timeout);
+  ServerState(std::string upstream_name, Endpoint address, std::uint32_t max_fails, Duration fail_timeout);
 
-  const std::string upstream;   // owning upstream's name (for logs)
+  const std::string upstream;  // owning upstream's name (for logs)
   const Endpoint address;
-  const std::uint32_t weight;
-  const std::uint32_t max_conns;  // 0 = unlimited
-  const bool backup;
 
-  // Sessions in CONNECTING or PROXYING on this server.
-  std::atomic<std::uint32_t> active{0};
-  std::atomic<std::uint64_t> total_sessions{0};
-  std::atomic<std::uint64_t> total_failures{0};
+  // ---- counters ----
+  std::atomic<std::uint32_t> active{0};          // sessions in CONNECTING or PROXYING here
+  std::atomic<std::uint64_t> total_sessions{0};  // times chosen
+  std::atomic<std::uint64_t> total_failures{0};  // failed connect attempts (the server's fault)
+  std::atomic<std::uint64_t> bytes_in{0};        // client -> server, delivered (at session end)
+  std::atomic<std::uint64_t> bytes_out{0};       // server -> client, delivered (at session end)
+  std::atomic<std::int64_t> last_connect_ms{0};  // wall clock (ms since epoch) of the last connect; 0 = never
+  std::array<std::atomic<std::uint64_t>, kConnectBuckets.size() + 1> connect_buckets{};  // last = +Inf
+  std::atomic<std::uint64_t> connect_sum_us{0};
+  std::atomic<std::uint64_t> connect_count{0};
 
-  // Health and max_conns: may a new connection be sent here now?
+  // Records one successful connect that took `seconds`.
+  void observe_connect(double seconds);
+
+  // ---- eligibility ----
+  // Health and admin state (max_conns is the membership's business): may a
+  // new connection be sent here now?
   bool eligible(TimePoint now) const;
   // Called (under the upstream's pick lock) when the balancer chose this server.
   void on_selected(TimePoint now);
   // The data path reports each connect attempt's outcome. Logs every up/down
   // transition once, with the reason. `error` is e.g. "connection refused".
   void report(ConnectResult result, std::string_view error, TimePoint now);
+  // A reload may change passive health's parameters.
+  void configure_passive(std::uint32_t max_fails, Duration fail_timeout);
 
-  bool passive_up() const;  // for status/metrics and tests
+  // ---- active health (written by the control loop) ----
+  // Sets the active state; logs the transition with `reason` when it changes.
+  // `detect` is how long detection took (for the log line).
+  void set_active(ActiveState s, std::string_view reason, Duration detect = Duration{0});
+  ActiveState active_state() const { return active_state_.load(std::memory_order_acquire); }
+  // When active checks last brought the server up (for slow start); the epoch when never.
+  TimePoint up_since() const;
+
+  // ---- admin (written by the control loop) ----
+  void set_admin(AdminState s);
+  AdminState admin() const { return admin_.load(std::memory_order_acquire); }
+  // A weight set at run time overrides the file's until the file changes that
+  // server's weight. `file_weight` is the weight the file said when it was set.
+  void set_weight_override(std::uint32_t weight, std::uint32_t file_weight);
+  void clear_weight_override() { weight_override_.store(0, std::memory_order_relaxed); }
+  // The override, or 0 when none.
+  std::uint32_t weight_override() const { return weight_override_.load(std::memory_order_relaxed); }
+  std::uint32_t weight_override_base() const { return weight_override_base_.load(std::memory_order_relaxed); }
+
+  // ---- for status ----
+  struct Status {
+    std::string state;   // up | down | drained | disabled
+    std::string reason;
+    std::int64_t since_ms = 0;  // wall clock, 0 = since start
+    std::string passive; // up | down | trial
+    std::uint32_t passive_fails = 0;
+    std::string active_reason;
+    std::int64_t active_since_ms = 0;
+  };
+  Status status(TimePoint now) const;
+  bool passive_up() const;
 
  private:
   mutable std::mutex mu_;
   PassiveHealth health_;
-  // Fast path: true while health_ is up with no recent failure, so eligible()
-  // need not lock on the common path.
+  std::string passive_reason_;       // under mu_
+  std::int64_t passive_since_ms_ = 0;  // under mu_
+  std::string active_reason_;        // under mu_
+  std::int64_t active_since_ms_ = 0;   // under mu_
+  TimePoint up_since_{};             // under mu_
+  std::int64_t admin_since_ms_ = 0;    // under mu_
+  // Fast path: true while passive health is up with no recent failure, so
+  // eligible() need not lock on the common path.
   std::atomic<bool> clean_{true};
+  std::atomic<ActiveState> active_state_{ActiveState::unchecked};
+  std::atomic<AdminState> admin_{AdminState::enabled};
+  std::atomic<std::uint32_t> weight_override_{0};
+  std::atomic<std::uint32_t> weight_override_base_{0};
 };
+
+// Wall-clock milliseconds since the epoch (for status "since" fields).
+std::int64_t wall_ms();
 
 }  // namespace sluice

@@ -1,5 +1,6 @@
-// Test helper: a pool of ServerStates built from "address:weight" specs, with
-// numeric addresses filled in by hand (no config parser involved).
+// Test helpers: a pool of balancer candidates built from "address:weight"
+// specs (no server state involved: the algorithms are pure), and an Upstream
+// with fresh server states for the tests that go through Upstream::pick.
 #pragma once
 
 #include <chrono>
@@ -8,8 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "balance/hash.hpp"
 #include "sluice/config.hpp"
-#include "upstream/server_state.hpp"
+#include "upstream/upstream.hpp"
 
 namespace sluice::test {
 
@@ -27,21 +29,33 @@ inline ServerConfig server_config(const std::string& text, std::uint32_t weight 
 }
 
 struct Pool {
-  std::vector<std::unique_ptr<ServerState>> owned;
-  std::vector<ServerState*> ptrs;
+  std::vector<Candidate> c;
+  std::vector<std::string> texts;
 
-  ServerState& add(const std::string& text, std::uint32_t weight = 1) {
-    owned.push_back(std::make_unique<ServerState>("test", server_config(text, weight), 1,
-                                                  std::chrono::seconds(10)));
-    ptrs.push_back(owned.back().get());
-    return *owned.back();
+  // Candidates are returned by reference for tests to set `active`: the
+  // storage never moves (pools here are small).
+  Pool() { c.reserve(256); }
+
+  Candidate& add(const std::string& text, std::uint32_t weight = 1) {
+    c.push_back(Candidate{rendezvous_server_seed(text), weight, 0, true});
+    texts.push_back(text);
+    return c.back();
   }
-  std::vector<std::size_t> all() const {
-    std::vector<std::size_t> v(ptrs.size());
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = i;
-    return v;
+  // Only these indices are eligible.
+  void only(std::initializer_list<std::size_t> eligible) {
+    for (auto& x : c) x.eligible = false;
+    for (std::size_t i : eligible) c[i].eligible = true;
   }
-  ServerState& operator[](std::size_t i) { return *owned[i]; }
+  Candidate& operator[](std::size_t i) { return c[i]; }
+  const std::string& text(std::size_t i) const { return texts[i]; }
 };
+
+inline std::unique_ptr<Upstream> make_upstream(const UpstreamConfig& config, std::uint64_t seed = 1) {
+  std::vector<std::shared_ptr<ServerState>> states;
+  for (const ServerConfig& s : config.servers) {
+    states.push_back(std::make_shared<ServerState>(config.name, s.address, config.max_fails, config.fail_timeout));
+  }
+  return std::make_unique<Upstream>(config, std::move(states), seed);
+}
 
 }  // namespace sluice::test

@@ -41,10 +41,9 @@ test::Pool pool_of(const std::vector<std::string>& addrs) {
 // The address text that owns each key (by text, so pools in any order compare).
 std::vector<std::string> owners(test::Pool& pool, const std::vector<std::string>& keys) {
   HashBalancer h;
-  const auto cands = pool.all();
   std::vector<std::string> out;
   out.reserve(keys.size());
-  for (const auto& k : keys) out.push_back(pool[h.choose(pool.ptrs, cands, k)].address.text);
+  for (const auto& k : keys) out.push_back(pool.text(h.choose(pool.c, k)));
   return out;
 }
 
@@ -166,10 +165,10 @@ TEST_CASE("hash: the server list's order does not matter") {
 
   // The whole ranking agrees too, not only the winner.
   for (std::size_t k = 0; k < 100; ++k) {
-    const auto ra = rendezvous_rank(a.ptrs, keys[k]);
-    const auto rb = rendezvous_rank(b.ptrs, keys[k]);
+    const auto ra = rendezvous_rank(a.c, keys[k]);
+    const auto rb = rendezvous_rank(b.c, keys[k]);
     for (std::size_t i = 0; i < ra.size(); ++i) {
-      CHECK(a[ra[i]].address.text == b[rb[i]].address.text);
+      CHECK(a.text(ra[i]) == b.text(rb[i]));
     }
   }
 }
@@ -177,8 +176,8 @@ TEST_CASE("hash: the server list's order does not matter") {
 TEST_CASE("hash: a fixed key ranks fixed servers the same way in every process") {
   // Pinned values: a change here breaks stickiness across a rolling upgrade.
   test::Pool pool = pool_of({"10.0.1.1:443", "10.0.1.2:443", "10.0.1.3:443", "10.0.1.4:443"});
-  CHECK(rendezvous_rank(pool.ptrs, "db.example.com") == std::vector<std::size_t>{2, 1, 3, 0});
-  CHECK(rendezvous_rank(pool.ptrs, "") == std::vector<std::size_t>{1, 3, 0, 2});
+  CHECK(rendezvous_rank(pool.c, "db.example.com") == std::vector<std::size_t>{2, 1, 3, 0});
+  CHECK(rendezvous_rank(pool.c, "") == std::vector<std::size_t>{1, 3, 0, 2});
 }
 
 TEST_CASE("hash: retries follow the key's ranking") {
@@ -186,7 +185,8 @@ TEST_CASE("hash: retries follow the key's ranking") {
   c.name = "redis";
   c.balance = Balance::hash;
   for (int i = 1; i <= 6; ++i) c.servers.push_back(test::server_config(addr(i)));
-  Upstream up(c);
+  auto up_owner = test::make_upstream(c);
+  Upstream& up = *up_owner;
   test::Pool pool = pool_of([] {
     std::vector<std::string> a;
     for (int i = 1; i <= 6; ++i) a.push_back(addr(i));
@@ -194,12 +194,12 @@ TEST_CASE("hash: retries follow the key's ranking") {
   }());
   const auto& keys = keys_100k();
   for (std::size_t k = 0; k < 50; ++k) {
-    const auto rank = rendezvous_rank(pool.ptrs, keys[k]);
-    std::vector<bool> tried(6, false);
+    const auto rank = rendezvous_rank(pool.c, keys[k]);
+    TriedSet tried;
     std::vector<std::size_t> order;
     for (long i; (i = up.pick(tried, keys[k], t0)) >= 0;) {
       order.push_back(static_cast<std::size_t>(i));
-      tried[static_cast<std::size_t>(i)] = true;
+      tried.add(static_cast<std::size_t>(i));
       up.release(static_cast<std::size_t>(i));
     }
     CHECK(order == rank);
@@ -208,14 +208,13 @@ TEST_CASE("hash: retries follow the key's ranking") {
 
 TEST_CASE("hash: bounded load skips an overloaded server") {
   test::Pool pool = pool_of({addr(1), addr(2), addr(3), addr(4)});
-  const auto cands = pool.all();
   const std::string key = "10.1.2.3";
-  const auto rank = rendezvous_rank(pool.ptrs, key);
+  const auto rank = rendezvous_rank(pool.c, key);
 
   SUBCASE("off: the top-ranked server however loaded") {
     HashBalancer h(0.0);
     pool[rank[0]].active = 50;
-    CHECK(h.choose(pool.ptrs, cands, key) == rank[0]);
+    CHECK(h.choose(pool.c, key) == rank[0]);
   }
   SUBCASE("within the bound: the top-ranked server") {
     // total 3, bound ceil(1.25 * 4 / 4) = 2: 1 + 1 <= 2
@@ -223,19 +222,19 @@ TEST_CASE("hash: bounded load skips an overloaded server") {
     pool[rank[0]].active = 1;
     pool[rank[1]].active = 1;
     pool[rank[2]].active = 1;
-    CHECK(h.choose(pool.ptrs, cands, key) == rank[0]);
+    CHECK(h.choose(pool.c, key) == rank[0]);
   }
   SUBCASE("over the bound: the next-ranked server that fits") {
     // total 7, bound ceil(1.25 * 8 / 4) = 3: rank0 (4+1) and rank1 (3+1) exceed it
     HashBalancer h(1.25);
     pool[rank[0]].active = 4;
     pool[rank[1]].active = 3;
-    CHECK(h.choose(pool.ptrs, cands, key) == rank[2]);
+    CHECK(h.choose(pool.c, key) == rank[2]);
   }
   SUBCASE("all over the bound: the top-ranked server") {
     // total 8, bound ceil(0.5 * 9 / 4) = 2: every server would have 3
     HashBalancer h(0.5);
     for (std::size_t i = 0; i < 4; ++i) pool[i].active = 2;
-    CHECK(h.choose(pool.ptrs, cands, key) == rank[0]);
+    CHECK(h.choose(pool.c, key) == rank[0]);
   }
 }

@@ -14,9 +14,8 @@ namespace {
 char name(std::size_t i) { return static_cast<char>('a' + i); }
 
 std::string run(Balancer& b, test::Pool& pool, int picks) {
-  const auto cands = pool.all();
   std::string seq;
-  for (int i = 0; i < picks; ++i) seq += name(b.choose(pool.ptrs, cands, ""));
+  for (int i = 0; i < picks; ++i) seq += name(b.choose(pool.c, ""));
   return seq;
 }
 
@@ -76,24 +75,24 @@ TEST_CASE("least_conn: equal load falls back to smooth weighted round-robin") {
 
 TEST_CASE("least_conn: active is compared relative to weight") {
   test::Pool pool;
-  ServerState& a = pool.add("10.0.0.1:5432", 2);
-  ServerState& b = pool.add("10.0.0.2:5432", 1);
+  Candidate& a = pool.add("10.0.0.1:5432", 2);
+  Candidate& b = pool.add("10.0.0.2:5432", 1);
   LeastConnBalancer lc;
-  const auto cands = pool.all();
   a.active = 3;  // 1.5 per weight unit
   b.active = 1;  // 1.0
-  CHECK(lc.choose(pool.ptrs, cands, "") == 1);
+  CHECK(lc.choose(pool.c, "") == 1);
   a.active = 1;  // 0.5
-  CHECK(lc.choose(pool.ptrs, cands, "") == 0);
+  CHECK(lc.choose(pool.c, "") == 0);
   a.active = 5;  // 2.5
   b.active = 2;  // 2.0
-  CHECK(lc.choose(pool.ptrs, cands, "") == 1);
+  CHECK(lc.choose(pool.c, "") == 1);
 }
 
 TEST_CASE("least_conn through Upstream::pick: connections spread by weight") {
-  Upstream up(least_conn_config({test::server_config("10.0.0.1:5432", 2),
+  auto up_owner = test::make_upstream(least_conn_config({test::server_config("10.0.0.1:5432", 2),
                                  test::server_config("10.0.0.2:5432", 1)}));
-  const std::vector<bool> tried(2, false);
+  Upstream& up = *up_owner;
+  TriedSet tried;
   std::string seq;
   for (int i = 0; i < 9; ++i) seq += name(static_cast<std::size_t>(up.pick(tried, "", t0)));
   CHECK(up.server(0).active == 6);
@@ -108,9 +107,10 @@ TEST_CASE("least_conn through Upstream::pick: connections spread by weight") {
 }
 
 TEST_CASE("least_conn through Upstream::pick: max_conns is respected") {
-  Upstream up(least_conn_config({test::server_config("10.0.0.1:5432", 1, 2),
+  auto up_owner = test::make_upstream(least_conn_config({test::server_config("10.0.0.1:5432", 1, 2),
                                  test::server_config("10.0.0.2:5432", 1, 1)}));
-  const std::vector<bool> tried(2, false);
+  Upstream& up = *up_owner;
+  TriedSet tried;
   CHECK(up.pick(tried, "", t0) == 0);
   CHECK(up.pick(tried, "", t0) == 1);
   CHECK(up.pick(tried, "", t0) == 0);  // b is full (1/1)
@@ -122,10 +122,11 @@ TEST_CASE("least_conn through Upstream::pick: max_conns is respected") {
 }
 
 TEST_CASE("least_conn through Upstream::pick: backups only when no primary is eligible") {
-  Upstream up(least_conn_config({test::server_config("10.0.0.1:5432", 1, 1),
+  auto up_owner = test::make_upstream(least_conn_config({test::server_config("10.0.0.1:5432", 1, 1),
                                  test::server_config("10.0.0.9:5432", 1, 0, true),
                                  test::server_config("10.0.0.2:5432", 1, 1)}));
-  const std::vector<bool> tried(3, false);
+  Upstream& up = *up_owner;
+  TriedSet tried;
   // The backup is idle (least loaded) but primaries come first.
   CHECK(up.pick(tried, "", t0) == 0);
   CHECK(up.pick(tried, "", t0) == 2);
@@ -139,16 +140,17 @@ TEST_CASE("least_conn through Upstream::pick: backups only when no primary is el
 }
 
 TEST_CASE("least_conn through Upstream::pick: tried servers are excluded") {
-  Upstream up(least_conn_config({test::server_config("10.0.0.1:5432"),
+  auto up_owner = test::make_upstream(least_conn_config({test::server_config("10.0.0.1:5432"),
                                  test::server_config("10.0.0.2:5432"),
                                  test::server_config("10.0.0.9:5432", 1, 0, true)}));
-  std::vector<bool> tried(3, false);
-  tried[0] = true;
+  Upstream& up = *up_owner;
+  TriedSet tried;
+  tried.add(0);
   CHECK(up.pick(tried, "", t0) == 1);
   CHECK(up.pick(tried, "", t0) == 1);  // a is idle, but tried
-  tried[1] = true;
+  tried.add(1);
   CHECK(up.pick(tried, "", t0) == 2);  // every primary tried: the backup
-  tried[2] = true;
+  tried.add(2);
   CHECK(up.pick(tried, "", t0) == -1);
   CHECK(up.server(0).total_sessions == 0);
   CHECK(up.server(1).total_sessions == 2);

@@ -57,7 +57,7 @@ UpstreamConfig pg_config(Balance balance, std::uint32_t max_fails = 1) {
 
 TEST_CASE("ServerState: each transition is logged once, with the reason") {
   LogCapture log;
-  ServerState s("pg", test::server_config("127.0.0.1:5432"), 2, 10s);
+  ServerState s("pg", test::server_config("127.0.0.1:5432").address, 2, 10s);
   CHECK(s.passive_up());
 
   s.report(ConnectResult::failed, "connection refused", t0);
@@ -90,7 +90,7 @@ TEST_CASE("ServerState: each transition is logged once, with the reason") {
 
 TEST_CASE("ServerState: a timeout with no message gets a default reason") {
   LogCapture log;
-  ServerState s("pg", test::server_config("127.0.0.1:5432"), 1, 10s);
+  ServerState s("pg", test::server_config("127.0.0.1:5432").address, 1, 10s);
   s.report(ConnectResult::timed_out, "", t0);
   CHECK(log.text() ==
         "warning upstream \"pg\" server 127.0.0.1:5432 marked down: "
@@ -99,7 +99,7 @@ TEST_CASE("ServerState: a timeout with no message gets a default reason") {
 
 TEST_CASE("ServerState: max_fails = 0 counts failures for metrics only") {
   LogCapture log;
-  ServerState s("pg", test::server_config("127.0.0.1:5432"), 0, 10s);
+  ServerState s("pg", test::server_config("127.0.0.1:5432").address, 0, 10s);
   for (int i = 0; i < 5; ++i) s.report(ConnectResult::failed, "connection refused", t0);
   CHECK(s.total_failures == 5);
   CHECK(s.passive_up());
@@ -107,20 +107,31 @@ TEST_CASE("ServerState: max_fails = 0 counts failures for metrics only") {
   CHECK(log.text().empty());
 }
 
-TEST_CASE("ServerState: max_conns makes a server ineligible while full") {
-  ServerState s("pg", test::server_config("127.0.0.1:5432", 1, 2), 1, 10s);
+TEST_CASE("ServerState: admin and active states gate eligibility") {
+  LogCapture log;
+  ServerState s("pg", test::server_config("127.0.0.1:5432").address, 1, 10s);
   CHECK(s.eligible(t0));
-  s.active = 2;
+  s.set_admin(AdminState::drain);
   CHECK_FALSE(s.eligible(t0));
-  s.active = 1;
+  s.set_admin(AdminState::enabled);
+  s.set_active(ActiveState::down, "connect refused", 3s);
+  CHECK_FALSE(s.eligible(t0));
+  CHECK(s.status(t0).state == "down");
+  CHECK(log.text().find("marked down (active check): connect refused (detected in 3s)") != std::string::npos);
+  s.set_active(ActiveState::up, "HTTP 200", 2s);
   CHECK(s.eligible(t0));
+  // A local resource error never counts against the server.
+  for (int i = 0; i < 5; ++i) s.report(ConnectResult::local_error, "too many open files", t0);
+  CHECK(s.total_failures == 0);
+  CHECK(s.passive_up());
 }
 
 TEST_CASE("Upstream::pick: a failing server is skipped, tried again, and restored") {
   LogCapture log;
-  Upstream up(pg_config(Balance::round_robin));
+  auto up_owner = test::make_upstream(pg_config(Balance::round_robin));
+  Upstream& up = *up_owner;
   REQUIRE(up.size() == 3);
-  const std::vector<bool> none(3, false);
+  TriedSet none;
 
   // Server 0 refuses: marked down at once (max_fails = 1).
   up.server(0).report(ConnectResult::failed, "connection refused", t0);
@@ -150,8 +161,9 @@ TEST_CASE("Upstream::pick: a failing server is skipped, tried again, and restore
 
 TEST_CASE("Upstream::pick: the backup serves while every primary is down") {
   LogCapture log;
-  Upstream up(pg_config(Balance::least_conn));
-  const std::vector<bool> none(3, false);
+  auto up_owner = test::make_upstream(pg_config(Balance::least_conn));
+  Upstream& up = *up_owner;
+  TriedSet none;
   up.server(0).report(ConnectResult::failed, "connection refused", t0);
   up.server(1).report(ConnectResult::timed_out, "connect timed out", t0);
   CHECK(up.pick(none, "", t0 + 1s) == 2);
@@ -169,8 +181,9 @@ TEST_CASE("Upstream::pick: the backup serves while every primary is down") {
 
 TEST_CASE("Upstream::pick: nothing eligible returns -1") {
   LogCapture log;
-  Upstream up(pg_config(Balance::hash));
-  const std::vector<bool> none(3, false);
+  auto up_owner = test::make_upstream(pg_config(Balance::hash));
+  Upstream& up = *up_owner;
+  TriedSet none;
   for (std::size_t i = 0; i < 3; ++i) {
     up.server(i).report(ConnectResult::failed, "connection refused", t0);
   }
@@ -183,19 +196,22 @@ TEST_CASE("Upstream: make_balancer honours the configured algorithm") {
   // Two idle servers: round_robin and least_conn alternate; hash sticks to
   // one server for one key.
   for (const Balance b : {Balance::round_robin, Balance::least_conn}) {
-    Upstream up(pg_config(b));
-    const std::vector<bool> none(3, false);
+    auto up_owner = test::make_upstream(pg_config(b));
+  Upstream& up = *up_owner;
+    TriedSet none;
     const long first = up.pick(none, "k", t0);
     up.release(static_cast<std::size_t>(first));
     const long second = up.pick(none, "k", t0);
     CHECK(first != second);
   }
-  Upstream up(pg_config(Balance::hash));
-  const std::vector<bool> none(3, false);
+  auto up_owner = test::make_upstream(pg_config(Balance::hash));
+  Upstream& up = *up_owner;
+  TriedSet none;
   const long first = up.pick(none, "k", t0);
   for (int i = 0; i < 5; ++i) CHECK(up.pick(none, "k", t0) == first);
 
-  Upstream rnd(pg_config(Balance::random));
+  auto rnd_owner = test::make_upstream(pg_config(Balance::random));
+  Upstream& rnd = *rnd_owner;
   for (int i = 0; i < 20; ++i) {
     const long p = rnd.pick(none, "", t0);
     CHECK((p == 0 || p == 1));
@@ -206,7 +222,8 @@ TEST_CASE("Upstream::pick from many threads: counts stay exact, max_conns holds"
   UpstreamConfig c;
   c.name = "pg";
   c.servers = {test::server_config("127.0.0.1:5432", 1, 3), test::server_config("127.0.0.2:5432", 2, 3)};
-  Upstream up(c);
+  auto up_owner = test::make_upstream(c);
+  Upstream& up = *up_owner;
   constexpr int kThreads = 4;
   constexpr int kRounds = 20000;
   std::atomic<std::uint32_t> over_limit{0};
@@ -214,12 +231,12 @@ TEST_CASE("Upstream::pick from many threads: counts stay exact, max_conns holds"
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
-      const std::vector<bool> none(2, false);
+      TriedSet none;
       for (int i = 0; i < kRounds; ++i) {
         const long p = up.pick(none, "", t0);
         if (p < 0) continue;
         const auto idx = static_cast<std::size_t>(p);
-        if (up.server(idx).active.load() > up.server(idx).max_conns) over_limit.fetch_add(1);
+        if (up.server(idx).active.load() > up.member(idx).config.max_conns) over_limit.fetch_add(1);
         picked.fetch_add(1);
         up.release(idx);
       }

@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "preread/client_hello.hpp"
+#include "sluice/host.hpp"
 
 using sluice::preread::ClientHelloInfo;
 using sluice::preread::ClientHelloParser;
-using sluice::preread::normalize_host;
+using sluice::normalize_host;
 using sluice::preread::Status;
 
 namespace {

@@ -1,0 +1,53 @@
+// Socket addresses as text, the one format used in logs, status and metrics:
+// "127.0.0.1:80", "[::1]:80", "[fe80::1%eth0]:80".
+#pragma once
+
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <string>
+
+namespace sluice {
+
+// Without the port: "127.0.0.1", "::1" (no brackets). Empty for other families.
+inline std::string format_ip(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa == nullptr) return {};
+  if (sa->sa_family == AF_INET) {
+    sockaddr_in sin{};
+    std::memcpy(&sin, sa, sizeof sin);
+    ::inet_ntop(AF_INET, &sin.sin_addr, buf, sizeof buf);
+  } else if (sa->sa_family == AF_INET6) {
+    sockaddr_in6 sin6{};
+    std::memcpy(&sin6, sa, sizeof sin6);
+    ::inet_ntop(AF_INET6, &sin6.sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+inline std::string format_sockaddr(const sockaddr* sa) {
+  if (sa == nullptr) return "-";
+  if (sa->sa_family == AF_INET) {
+    sockaddr_in sin{};
+    std::memcpy(&sin, sa, sizeof sin);
+    return format_ip(sa) + ":" + std::to_string(ntohs(sin.sin_port));
+  }
+  if (sa->sa_family == AF_INET6) {
+    sockaddr_in6 sin6{};
+    std::memcpy(&sin6, sa, sizeof sin6);
+    std::string out = "[" + format_ip(sa);
+    if (sin6.sin6_scope_id != 0) {
+      char ifname[IF_NAMESIZE] = {};
+      out += '%';
+      out += ::if_indextoname(sin6.sin6_scope_id, ifname) != nullptr ? std::string(ifname)
+                                                                     : std::to_string(sin6.sin6_scope_id);
+    }
+    return out + "]:" + std::to_string(ntohs(sin6.sin6_port));
+  }
+  return "unknown";
+}
+
+}  // namespace sluice

@@ -1,0 +1,337 @@
+#include "control/control.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "log/access_log.hpp"
+#include "net/listener.hpp"
+#include "net/worker.hpp"
+#include "sluice/address.hpp"
+#include "sluice/time.hpp"
+#include "sluice_version.hpp"
+
+namespace sluice {
+
+// One listening address, with one socket per worker (owned by the workers
+// once handed over). Kept across reloads while some listener still uses the
+// same address, so a reload never refuses a connection.
+struct Control::Socket {
+  std::uint64_t id = 0;
+  std::string key;       // resolved address, or "name:NAME" for port 0
+  std::string bound;     // "127.0.0.1:40123"
+  std::string listener;  // the listener (by name) that uses it now
+};
+
+namespace {
+
+uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
+
+std::string socket_key(const ListenerConfig& l) {
+  if (l.listen.port == 0) return "name:" + l.name;
+  return format_sockaddr(reinterpret_cast<const sockaddr*>(&l.listen.addr));
+}
+
+// Raises the open-file limit to the hard limit and warns (once, with the
+// numbers) when even that is below what the configuration needs.
+void raise_nofile(const Config& config, unsigned workers) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlimit want = rl;
+    want.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &want) == 0) rl = want;
+  }
+  // Two descriptors per session (client and server), the listening sockets
+  // and their spares, and a margin for logs, the admin API and health checks.
+  const std::uint64_t need =
+      2 * config.global.max_connections + 2ULL * workers * config.listeners.size() + 64;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+    spdlog::warn("open-file limit is {} (hard limit {}), but max_connections = {} needs about {}: connections "
+                 "beyond the limit will fail with cause local_resource; raise the limit (ulimit -n, LimitNOFILE=) "
+                 "or lower max_connections",
+                 rl.rlim_cur, rl.rlim_max, config.global.max_connections, need);
+  }
+}
+
+struct Drain {
+  uv_timer_t timer{};
+  Control* control = nullptr;
+  std::vector<std::shared_ptr<const ServerState>> servers;
+  Duration spread{0};
+  std::vector<Worker*> workers;
+};
+
+}  // namespace
+
+Control::Control(std::string config_path, std::shared_ptr<const Config> config)
+    : config_path_(std::move(config_path)), initial_(std::move(config)), loop_(uv_default_loop()) {}
+
+Control::~Control() = default;
+
+int Control::run() {
+  if (!start()) return 1;
+  uv_run(loop_, UV_RUN_DEFAULT);
+  for (auto& w : workers_) w->join();
+  workers_.clear();
+  snapshot_.reset();
+  uv_loop_close(loop_);
+  spdlog::info("stopped");
+  return exit_status_;
+}
+
+bool Control::start() {
+  const Config& config = *initial_;
+  nworkers_ = config.global.workers != 0 ? config.global.workers : uv_available_parallelism();
+  raise_nofile(config, nworkers_);
+
+  uv_async_init(loop_, &stopped_async_, on_stopped_async);
+  stopped_async_.data = this;
+  for (unsigned w = 0; w < nworkers_; ++w) workers_.push_back(std::make_unique<Worker>(w, &stopped_async_));
+
+  const ReloadResult r = apply(initial_);
+  if (!r.ok) {
+    spdlog::critical("{}", r.message);
+    for (auto& w : workers_) w->post(WorkerCommand::of(WorkerCommand::Kind::stop));
+    for (auto& w : workers_) w->start();
+    for (auto& w : workers_) w->join();
+    workers_.clear();
+    uv_close(as_handle(&stopped_async_), nullptr);
+    uv_run(loop_, UV_RUN_DEFAULT);
+    return false;
+  }
+  for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) {
+    uv_signal_init(loop_, sig);
+    sig->data = this;
+  }
+  uv_signal_start(&sigterm_, on_signal, SIGTERM);
+  uv_signal_start(&sigint_, on_signal, SIGINT);
+  uv_signal_start(&sighup_, on_signal, SIGHUP);
+  uv_signal_start(&sigusr1_, on_signal, SIGUSR1);
+  for (auto& w : workers_) w->start();
+  spdlog::info("sluice {} started: {} worker(s), {} listener(s)", SLUICE_VERSION, nworkers_,
+               config.listeners.size());
+  return true;
+}
+
+ReloadResult Control::reload_from_file() {
+  std::shared_ptr<const Config> config;
+  try {
+    config = std::make_shared<const Config>(load_config(config_path_));
+  } catch (const ConfigError& e) {
+    return {false, e.what()};
+  }
+  return apply(std::move(config));
+}
+
+ReloadResult Control::apply(std::shared_ptr<const Config> config) {
+  ReloadResult result;
+  const unsigned want_workers = config->global.workers != 0 ? config->global.workers : uv_available_parallelism();
+  std::string notes;
+  if (snapshot_ && want_workers != nworkers_) {
+    notes = "; workers = " + std::to_string(config->global.workers) +
+            " needs a restart (still running " + std::to_string(nworkers_) + ")";
+  }
+
+  // Match listeners to the sockets already open (by address), open the rest.
+  std::vector<std::unique_ptr<Socket>> fresh;
+  std::vector<std::vector<int>> fresh_fds;
+  std::vector<std::pair<Socket*, std::string>> kept;  // socket, its (new) listener name
+  std::set<Socket*> used;
+  auto close_fresh = [&] {
+    for (auto& fds : fresh_fds) {
+      for (int fd : fds) ::close(fd);
+    }
+  };
+  for (const ListenerConfig& l : config->listeners) {
+    const std::string key = socket_key(l);
+    auto it = std::find_if(sockets_.begin(), sockets_.end(),
+                           [&](const std::unique_ptr<Socket>& s) { return s->key == key && !used.count(s.get()); });
+    if (it != sockets_.end()) {
+      used.insert(it->get());
+      kept.emplace_back(it->get(), l.name);
+      continue;
+    }
+    try {
+      ListeningSockets ls = open_listening_sockets(l, nworkers_);
+      auto s = std::make_unique<Socket>();
+      s->id = next_socket_id_++;
+      s->key = key;
+      s->bound = ls.bound;
+      s->listener = l.name;
+      fresh.push_back(std::move(s));
+      fresh_fds.push_back(std::move(ls.fds));
+    } catch (const std::exception& e) {
+      close_fresh();
+      return {false, e.what()};
+    }
+  }
+
+  std::shared_ptr<const Snapshot> snap;
+  try {
+    snap = Snapshot::build(config, registry_, generation_ + 1);
+  } catch (const std::exception& e) {
+    close_fresh();
+    return {false, e.what()};
+  }
+
+  // Commit: from here on nothing fails.
+  ++generation_;
+  std::vector<std::uint64_t> closed;
+  for (auto& s : sockets_) {
+    if (!used.count(s.get())) {
+      closed.push_back(s->id);
+      spdlog::info("listener \"{}\" on {} closed; its sessions continue", s->listener, s->bound);
+    }
+  }
+  std::erase_if(sockets_, [&](const std::unique_ptr<Socket>& s) { return !used.count(s.get()); });
+  for (auto& [s, name] : kept) s->listener = name;
+  std::vector<std::pair<std::uint64_t, std::string>> names;
+  for (auto& s : sockets_) names.emplace_back(s->id, s->listener);
+  for (auto& s : fresh) names.emplace_back(s->id, s->listener);
+  for (unsigned w = 0; w < workers_.size(); ++w) {
+    WorkerCommand c;
+    c.kind = WorkerCommand::Kind::update;
+    c.snapshot = snap;
+    c.close = closed;
+    c.names = names;
+    for (std::size_t i = 0; i < fresh.size(); ++i) c.open.emplace_back(fresh[i]->id, fresh_fds[i][w]);
+    workers_[w]->post(std::move(c));
+  }
+  for (auto& s : fresh) {
+    spdlog::info("listener \"{}\" listening on {}", s->listener, s->bound);
+    sockets_.push_back(std::move(s));
+  }
+  std::shared_ptr<const Snapshot> before = std::move(snapshot_);
+  snapshot_ = std::move(snap);
+  if (before) drain_removed(*before, *snapshot_);
+
+  result.ok = true;
+  result.message = "configuration generation " + std::to_string(generation_) + " loaded from " + config->path + notes;
+  return result;
+}
+
+// Servers that the new configuration no longer has: their sessions go on, or
+// end after the upstream's drain_timeout, spread over a tenth of it so the
+// clients do not all reconnect at once.
+void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
+  std::set<const ServerState*> now;
+  for (const auto& [name, up] : after.upstreams) {
+    for (std::size_t i = 0; i < up->size(); ++i) now.insert(up->member(i).state.get());
+  }
+  for (const auto& [name, up] : before.upstreams) {
+    std::vector<std::shared_ptr<const ServerState>> gone;
+    for (std::size_t i = 0; i < up->size(); ++i) {
+      if (!now.count(up->member(i).state.get())) gone.push_back(up->member(i).state);
+    }
+    if (gone.empty()) continue;
+    const Duration timeout = up->config().drain_timeout;
+    for (const auto& s : gone) {
+      spdlog::info("upstream \"{}\" server {} removed; its {} session(s) {}", name, s->address.text,
+                   s->active.load(std::memory_order_relaxed),
+                   timeout.count() > 0 ? "end after drain_timeout " + format_duration(timeout) : std::string("continue"));
+    }
+    if (timeout.count() <= 0) continue;
+    auto* d = new Drain;
+    d->control = this;
+    d->servers = std::move(gone);
+    d->spread = Duration(std::max<Duration::rep>(timeout.count() / 10, 1));
+    for (auto& w : workers_) d->workers.push_back(w.get());
+    uv_timer_init(loop_, &d->timer);
+    d->timer.data = d;
+    uv_timer_start(&d->timer, [](uv_timer_t* t) {
+      auto* dr = static_cast<Drain*>(t->data);
+      if (!static_cast<Control*>(dr->control)->stopping_) {
+        for (const auto& s : dr->servers) {
+          for (Worker* w : dr->workers) {
+            WorkerCommand c;
+            c.kind = WorkerCommand::Kind::close_sessions;
+            c.server = s;
+            c.cause = Cause::server_drained;
+            c.spread = dr->spread;
+            w->post(std::move(c));
+          }
+        }
+      }
+      uv_close(as_handle(t), [](uv_handle_t* h) { delete static_cast<Drain*>(h->data); });
+    }, static_cast<std::uint64_t>(timeout.count()), 0);
+    // While stopping, the timer must not keep the loop alive.
+    uv_unref(as_handle(&d->timer));
+  }
+}
+
+void Control::on_signal(uv_signal_t* h, int signum) {
+  auto* c = static_cast<Control*>(h->data);
+  switch (signum) {
+    case SIGTERM:
+    case SIGINT:
+      if (c->stopping_) {
+        spdlog::info("received {} again: closing every session now", signum == SIGINT ? "SIGINT" : "SIGTERM");
+        c->begin_stop(true);
+      } else {
+        spdlog::info("received {}: graceful stop", signum == SIGINT ? "SIGINT" : "SIGTERM");
+        c->begin_stop(false);
+      }
+      return;
+    case SIGHUP: {
+      if (c->stopping_) {
+        spdlog::info("received SIGHUP while stopping: reload ignored");
+        return;
+      }
+      spdlog::info("received SIGHUP: reloading {}", c->config_path_);
+      const ReloadResult r = c->reload_from_file();
+      if (r.ok) {
+        spdlog::info("reload succeeded: {}", r.message);
+      } else {
+        spdlog::error("reload failed, the running configuration is unchanged: {}", r.message);
+      }
+      return;
+    }
+    case SIGUSR1:
+      c->reopen_logs();
+      return;
+    default:
+      return;
+  }
+}
+
+void Control::reopen_logs() {
+  spdlog::info("received SIGUSR1: reopening log files");
+  // (wired to the log module's reopen once it is asynchronous)
+}
+
+void Control::begin_stop(bool now) {
+  if (!stopping_) {
+    stopping_ = true;
+    // The remaining handles must not keep the control loop alive once the
+    // workers are done; signals stay handled meanwhile (a HUP or USR1 during
+    // the drain must not kill the process).
+    for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_unref(as_handle(sig));
+  }
+  for (auto& w : workers_) {
+    w->post(WorkerCommand::of(now ? WorkerCommand::Kind::stop_now : WorkerCommand::Kind::stop));
+  }
+}
+
+void Control::on_stopped_async(uv_async_t* a) {
+  auto* c = static_cast<Control*>(a->data);
+  for (auto& w : c->workers_) {
+    if (!w->finished()) return;
+  }
+  c->on_workers_stopped();
+}
+
+void Control::on_workers_stopped() {
+  if (handles_closed_) return;
+  handles_closed_ = true;
+  for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_close(as_handle(sig), nullptr);
+  uv_close(as_handle(&stopped_async_), nullptr);
+}
+
+}  // namespace sluice

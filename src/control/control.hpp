@@ -1,0 +1,80 @@
+// The control loop (the main thread): signals, configuration loads and
+// reloads, and later the admin API and active health checks. It owns the
+// Registry and the current Snapshot, opens and closes listening sockets, and
+// talks to workers only through their mailboxes. It never touches a data
+// socket.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <uv.h>
+
+#include "runtime/registry.hpp"
+#include "runtime/snapshot.hpp"
+#include "sluice/config.hpp"
+
+namespace sluice {
+
+class Worker;
+
+struct ReloadResult {
+  bool ok = false;
+  std::string message;  // the error (file:line:column: ...), or what changed
+};
+
+class Control {
+ public:
+  Control(std::string config_path, std::shared_ptr<const Config> config);
+  ~Control();
+  Control(const Control&) = delete;
+  Control& operator=(const Control&) = delete;
+
+  // Opens the listeners, starts the workers and runs the control loop until
+  // a graceful stop has finished. Returns the process exit status.
+  int run();
+
+  // Reads and applies the configuration file. On any error the running
+  // configuration stays in place.
+  ReloadResult reload_from_file();
+  // Applies an already validated configuration.
+  ReloadResult apply(std::shared_ptr<const Config> config);
+
+  const std::shared_ptr<const Snapshot>& snapshot() const { return snapshot_; }
+  Registry& registry() { return registry_; }
+
+ private:
+  struct Socket;
+
+  bool start();
+  void begin_stop(bool now);
+  void on_workers_stopped();
+  void reopen_logs();
+  void drain_removed(const Snapshot& before, const Snapshot& after);
+
+  static void on_signal(uv_signal_t* h, int signum);
+  static void on_stopped_async(uv_async_t* a);
+
+  std::string config_path_;
+  std::shared_ptr<const Config> initial_;
+  uv_loop_t* loop_;
+  Registry registry_;
+  std::shared_ptr<const Snapshot> snapshot_;
+  std::uint64_t generation_ = 0;
+  unsigned nworkers_ = 0;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::unique_ptr<Socket>> sockets_;
+  std::uint64_t next_socket_id_ = 1;
+  uv_signal_t sigterm_{};
+  uv_signal_t sigint_{};
+  uv_signal_t sighup_{};
+  uv_signal_t sigusr1_{};
+  uv_async_t stopped_async_{};
+  bool stopping_ = false;
+  bool handles_closed_ = false;
+  int exit_status_ = 0;
+};
+
+}  // namespace sluice

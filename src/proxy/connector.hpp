@@ -1,0 +1,65 @@
+// CONNECTING: pick a server, connect with connect_timeout, and on failure
+// report it to the server's state and try the next server (never one already
+// tried), up to `tries` attempts within next_upstream_timeout. Nothing has
+// been sent to the client yet, so retrying is always safe.
+//
+// Errors are classified by origin: a refused or timed-out connect is the
+// server's (it counts against its passive health); running out of our own
+// fds or ports is ours (local_resource: the server is not blamed and the
+// session ends at once, since another server would fail the same way).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <uv.h>
+
+#include "sluice/cause.hpp"
+#include "upstream/server_state.hpp"
+#include "upstream/tried_set.hpp"
+
+namespace sluice {
+
+class Session;
+class Upstream;
+
+class Connector {
+ public:
+  explicit Connector(Session& session) : session_(session) {}
+
+  // Starts the first attempt on `upstream`, hashing on `key` (if it hashes).
+  void start(Upstream* upstream, std::string key);
+  // The previous attempt's server handle has closed: try the next server.
+  void retry();
+  // The current attempt's deadline passed.
+  void on_timeout();
+  // When the current attempt times out (loop ms); 0 when none is in flight.
+  std::uint64_t deadline_ms() const { return deadline_ms_; }
+  // The session no longer counts on this server (it ended, or moved on).
+  void release();
+
+  Upstream* upstream() const { return upstream_; }
+  // The server chosen last (connected, or the last one tried); null if none.
+  ServerState* server() const;
+  long index() const { return index_; }
+  unsigned attempts() const { return attempts_; }
+
+ private:
+  void attempt();
+  void failed(ConnectResult result, int err);
+  static void on_connect_cb(uv_connect_t* req, int status);
+
+  Session& session_;
+  Upstream* upstream_ = nullptr;
+  long index_ = -1;
+  bool holding_ = false;  // counted in the server's `active`
+  unsigned attempts_ = 0;
+  TriedSet tried_;
+  std::string key_;
+  std::uint64_t first_attempt_ms_ = 0;
+  std::uint64_t deadline_ms_ = 0;
+  std::uint64_t attempt_start_ns_ = 0;
+  uv_connect_t req_{};
+};
+
+}  // namespace sluice

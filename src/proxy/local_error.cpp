@@ -1,0 +1,26 @@
+#include "proxy/local_error.hpp"
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+namespace sluice {
+
+void RateLimitedWarning::warn(std::string_view message) {
+  using namespace std::chrono;
+  const auto now = static_cast<std::uint64_t>(
+      duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
+  std::uint64_t next = next_ms_.load(std::memory_order_relaxed);
+  if (now < next || !next_ms_.compare_exchange_strong(next, now + interval_ms_, std::memory_order_relaxed)) {
+    held_back_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const std::uint64_t held = held_back_.exchange(0, std::memory_order_relaxed);
+  if (held > 0) {
+    spdlog::warn("{} (and {} more like it since the last report)", message, held);
+  } else {
+    spdlog::warn("{}", message);
+  }
+}
+
+}  // namespace sluice

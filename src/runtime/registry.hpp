@@ -1,0 +1,83 @@
+// The long-lived half of the runtime: state that must outlive any one
+// configuration. Server state is keyed by upstream name + server address, so
+// a reload that keeps a server keeps its active count, health, drain flag and
+// runtime weight. Process and listener counters live here too, so that a
+// reload never resets max_connections accounting or what /metrics reports.
+//
+// Lookups take a lock; they happen only while a Snapshot is built (control
+// loop). The data path holds shared_ptrs and touches only atomics.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sluice/cause.hpp"
+#include "sluice/config.hpp"
+#include "upstream/server_state.hpp"
+
+namespace sluice {
+
+class AccessLog;
+
+struct CauseCounters {
+  std::array<std::atomic<std::uint64_t>, kCauseCount> by_cause{};
+  void add(Cause c) { by_cause[static_cast<std::size_t>(c)].fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t get(Cause c) const { return by_cause[static_cast<std::size_t>(c)].load(std::memory_order_relaxed); }
+};
+
+struct ListenerStats {
+  std::atomic<std::uint64_t> active{0};    // client connections open now
+  std::atomic<std::uint64_t> accepted{0};  // since start
+  std::atomic<std::uint64_t> bytes_in{0};  // delivered client -> server (at session end)
+  std::atomic<std::uint64_t> bytes_out{0}; // delivered server -> client (at session end)
+  CauseCounters closed;
+};
+
+struct ProcessCounters {
+  std::atomic<std::uint64_t> connections{0};  // open client connections, all listeners
+  CauseCounters closed;
+  std::atomic<std::uint64_t> accept_pauses{0};  // EMFILE/ENFILE back-offs
+  std::atomic<std::uint64_t> local_errors{0};   // our own resource errors on connect
+};
+
+class Registry {
+ public:
+  Registry();
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // The state of `server` in `upstream`: the existing one if any Snapshot
+  // still holds it, else a new one. Passive health takes the upstream's
+  // current parameters.
+  std::shared_ptr<ServerState> server(const UpstreamConfig& upstream, const ServerConfig& server);
+  // Every server state that is still alive (in a current or an old Snapshot).
+  std::vector<std::shared_ptr<ServerState>> servers() const;
+
+  std::shared_ptr<ListenerStats> listener(const std::string& name);
+
+  ProcessCounters& counters() { return counters_; }
+  const ProcessCounters& counters() const { return counters_; }
+
+  // The access log for `global`: the one in use when its target and format
+  // are unchanged (so a reload neither reopens nor loses records), a new one
+  // otherwise. Throws std::runtime_error when a new file cannot be opened.
+  std::shared_ptr<AccessLog> access_log(const GlobalConfig& global);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::weak_ptr<ServerState>> servers_;
+  std::map<std::string, std::shared_ptr<ListenerStats>> listeners_;
+  ProcessCounters counters_;
+  std::shared_ptr<AccessLog> access_log_;
+  std::string access_log_key_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,57 @@
+// The immutable half of the runtime: everything one configuration says,
+// resolved for the data path. Built on the control loop, validated
+// completely, then handed to every worker through its mailbox. New sessions
+// use the newest Snapshot; a live session keeps the one it started with (it
+// holds a shared_ptr), so a reload never changes a session under its feet.
+// Members point at the Registry's long-lived ServerStates, so counts and
+// health carry over by identity (upstream name + address).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "preread/sni_router.hpp"
+#include "runtime/registry.hpp"
+#include "sluice/config.hpp"
+#include "upstream/upstream.hpp"
+
+namespace sluice {
+
+class AccessLog;
+
+struct ListenerView {
+  const ListenerConfig* config = nullptr;
+  Upstream* upstream = nullptr;          // plain listeners
+  Upstream* default_upstream = nullptr;  // preread listeners, may be null
+  std::unique_ptr<preread::SniRouter> router;  // preread listeners
+  std::shared_ptr<ListenerStats> stats;
+  // The client's address is read at accept only when something uses it: the
+  // access log, or a hash on the client IP.
+  bool needs_client_address = false;
+};
+
+class Snapshot {
+ public:
+  // Builds the runtime view of `config`, sharing server state with `registry`.
+  // Throws std::runtime_error (e.g. an access log file that cannot be opened).
+  static std::shared_ptr<const Snapshot> build(std::shared_ptr<const Config> config, Registry& registry,
+                                               std::uint64_t generation);
+
+  std::shared_ptr<const Config> config;
+  std::uint64_t generation = 0;
+  Registry* registry = nullptr;  // outlives every Snapshot
+  std::shared_ptr<AccessLog> access_log;
+  std::map<std::string, std::unique_ptr<Upstream>> upstreams;
+  std::vector<ListenerView> listeners;  // in config order
+
+  Upstream* find_upstream(const std::string& name) const;
+  // Index into `listeners`, or -1.
+  long find_listener(const std::string& name) const;
+
+  ~Snapshot();
+};
+
+}  // namespace sluice
