@@ -152,7 +152,7 @@ ServerState::Status ServerState::status(TimePoint now) const {
   st.active_reason = active_reason_;
   st.active_since_ms = active_since_ms_;
   const AdminState admin = admin_.load(std::memory_order_acquire);
-  const ActiveState active = active_state_.load(std::memory_order_acquire);
+  const ActiveState checked = active_state_.load(std::memory_order_acquire);
   if (admin == AdminState::disabled) {
     st.state = "disabled";
     st.reason = "disabled through the admin API";
@@ -161,7 +161,7 @@ ServerState::Status ServerState::status(TimePoint now) const {
     st.state = "drained";
     st.reason = "draining through the admin API";
     st.since_ms = admin_since_ms_;
-  } else if (active == ActiveState::down) {
+  } else if (checked == ActiveState::down) {
     st.state = "down";
     st.reason = "active check: " + active_reason_;
     st.since_ms = active_since_ms_;
@@ -171,7 +171,7 @@ ServerState::Status ServerState::status(TimePoint now) const {
     st.since_ms = passive_since_ms_;
   } else {
     st.state = "up";
-    st.reason = active == ActiveState::up ? "active check: " + active_reason_
+    st.reason = checked == ActiveState::up ? "active check: " + active_reason_
                                           : (passive_reason_.empty() ? std::string("no failures") : passive_reason_);
     st.since_ms = std::max({passive_since_ms_, active_since_ms_, admin_since_ms_});
   }
