@@ -3,6 +3,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include <spdlog/spdlog.h>
 
 #include "proxy/session.hpp"
@@ -20,14 +23,20 @@ uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
 }  // namespace
 
-// One listening socket of this worker. Its handles' data point here.
+// One listening socket of this worker. The worker accepts on it itself
+// (accept4 in a uv_poll_t callback) rather than through uv_listen: libuv's
+// answer to EMFILE is to close a reserve descriptor and accept-and-drop every
+// queued connection, which several loops in one process (one fd table) turn
+// into a busy loop, and which throws away clients that could have waited.
+// Here, out of descriptors, the worker stops polling the socket for a short
+// back-off (as nginx does) and the kernel keeps the queue. accept4 also
+// yields the peer address, so no getpeername is needed later.
 struct Worker::Listener {
   Worker* worker = nullptr;
   std::uint64_t id = 0;
   long view = -1;         // index into worker->snapshot_->listeners, -1 = none
-  uv_tcp_t tcp{};
-  bool tcp_open = false;  // initialised and not closed
-  int spare_fd = -1;      // a dup of the socket: keeps it alive across an accept pause
+  int fd = -1;            // the listening socket (ours; closed with the poll handle)
+  uv_poll_t poll{};
   uv_timer_t resume{};
   bool paused = false;
   bool episode = false;   // an EMFILE/ENFILE episode is being reported
@@ -110,18 +119,11 @@ void Worker::drain_mailbox() {
 // ---- listeners -------------------------------------------------------------
 
 bool Worker::listen_on(Listener& l, int fd) {
-  uv_tcp_init(&loop_, &l.tcp);
-  l.tcp.data = &l;
-  l.tcp_open = true;
+  l.fd = fd;
+  uv_poll_init_socket(&loop_, &l.poll, fd);
+  l.poll.data = &l;
   ++l.open_handles;
-  int r = uv_tcp_open(&l.tcp, fd);
-  if (r == 0) {
-    const auto& snap = snapshot_;
-    const int backlog =
-        l.view >= 0 ? static_cast<int>(snap->listeners[static_cast<std::size_t>(l.view)].config->backlog) : 511;
-    r = uv_listen(reinterpret_cast<uv_stream_t*>(&l.tcp), backlog, on_connection);
-  }
-  if (r < 0) {
+  if (int r = uv_poll_start(&l.poll, UV_READABLE, on_acceptable); r < 0) {
     spdlog::error("worker {}: listener \"{}\": {}", id_, l.name(), uv_strerror(r));
     return false;
   }
@@ -146,7 +148,6 @@ void Worker::apply_update(WorkerCommand& c) {
     uv_timer_init(&loop_, &l->resume);
     l->resume.data = l.get();
     ++l->open_handles;
-    l->spare_fd = ::dup(fd);
     listeners_.push_back(std::move(l));
     Listener& ref = *listeners_.back();
     for (const auto& [nid, name] : c.names) {
@@ -161,19 +162,21 @@ void Worker::apply_update(WorkerCommand& c) {
     }
     // A kept socket takes the listener's new options (accepted sockets inherit
     // them) and backlog.
-    uv_os_fd_t fd = -1;
-    if (l->view >= 0 && l->tcp_open && uv_fileno(as_handle(&l->tcp), &fd) == 0) {
+    if (l->view >= 0 && l->fd >= 0) {
       const ListenerConfig& lc = *snapshot_->listeners[static_cast<std::size_t>(l->view)].config;
-      set_keepalive(fd, lc);
-      ::listen(fd, static_cast<int>(lc.backlog));
+      set_keepalive(l->fd, lc);
+      ::listen(l->fd, static_cast<int>(lc.backlog));
     }
   }
 }
 
 void Worker::on_listener_handle_closed(uv_handle_t* h) {
   auto* l = static_cast<Listener*>(h->data);
-  if (h == as_handle(&l->tcp)) l->tcp_open = false;
-  if (--l->open_handles > 0 || !l->removing) return;
+  if (h == as_handle(&l->poll) && l->fd >= 0) {
+    ::close(l->fd);
+    l->fd = -1;
+  }
+  if (--l->open_handles > 0) return;
   Worker* w = l->worker;
   std::erase_if(w->listeners_, [l](const std::unique_ptr<Listener>& x) { return x.get() == l; });
   w->maybe_finish_stop();
@@ -181,49 +184,60 @@ void Worker::on_listener_handle_closed(uv_handle_t* h) {
 
 void Worker::close_listener(Listener& l) {
   l.removing = true;
-  if (l.tcp_open && !uv_is_closing(as_handle(&l.tcp))) uv_close(as_handle(&l.tcp), on_listener_handle_closed);
+  if (l.fd >= 0 && !uv_is_closing(as_handle(&l.poll))) uv_close(as_handle(&l.poll), on_listener_handle_closed);
   if (!uv_is_closing(as_handle(&l.resume))) uv_close(as_handle(&l.resume), on_listener_handle_closed);
-  if (l.spare_fd >= 0) {
-    ::close(l.spare_fd);
-    l.spare_fd = -1;
-  }
 }
 
-void Worker::on_connection(uv_stream_t* server, int status) {
-  auto* l = static_cast<Listener*>(server->data);
+void Worker::on_acceptable(uv_poll_t* p, int status, int /*events*/) {
+  auto* l = static_cast<Listener*>(p->data);
   Worker* w = l->worker;
-  if (status == UV_EMFILE || status == UV_ENFILE) {
-    w->pause_accepting(*l, status);
-    return;
-  }
   if (status < 0) {
-    spdlog::warn("worker {}: listener \"{}\": accept error: {}", w->id_, l->name(), uv_strerror(status));
+    spdlog::warn("worker {}: listener \"{}\": poll error: {}", w->id_, l->name(), uv_strerror(status));
     return;
   }
   if (l->view < 0 || !w->snapshot_) {
     // No listener of the current configuration uses this socket (cannot
-    // happen while the control loop keeps ids and names in step). Leaving the
-    // connection unaccepted stops libuv from reading this socket.
+    // happen while the control loop keeps ids and names in step).
     spdlog::error("worker {}: listening socket {} has no listener in configuration {}", w->id_, l->id,
                   w->snapshot_ ? w->snapshot_->generation : 0);
+    uv_poll_stop(p);
     return;
   }
-  const int r = Session::accept(*w, w->snapshot_, w->snapshot_->listeners[static_cast<std::size_t>(l->view)], server);
-  if (r == 0 && l->episode) {
-    l->episode = false;
-    l->backoff_ms = kFirstBackoffMs;
-    spdlog::info("worker {}: listener \"{}\": accepting again after {} ms ({} accept(s) failed for lack of file "
-                 "descriptors)",
-                 w->id_, l->name(), uv_now(&w->loop_) - l->episode_start_ms, l->failed_accepts);
-    l->failed_accepts = 0;
-  } else if (r < 0) {
-    spdlog::warn("worker {}: listener \"{}\": accept failed: {}", w->id_, l->name(), uv_strerror(r));
+  // A bounded batch per wakeup, so that one busy listener cannot starve the
+  // sessions of this worker; the rest are taken on the next loop iteration.
+  for (int i = 0; i < 64 && !l->paused && !l->removing; ++i) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    const int fd = ::accept4(l->fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        w->pause_accepting(*l, -err);
+        return;
+      }
+      spdlog::warn("worker {}: listener \"{}\": accept error: {}", w->id_, l->name(), std::strerror(err));
+      return;
+    }
+    const int r = Session::accept(*w, w->snapshot_, w->snapshot_->listeners[static_cast<std::size_t>(l->view)], fd,
+                                  reinterpret_cast<const sockaddr*>(&peer));
+    if (r < 0) {
+      spdlog::warn("worker {}: listener \"{}\": cannot take a connection: {}", w->id_, l->name(), uv_strerror(r));
+    } else if (l->episode) {
+      l->episode = false;
+      l->backoff_ms = kFirstBackoffMs;
+      spdlog::info("worker {}: listener \"{}\": accepting again after {} ms ({} accept(s) failed for lack of "
+                   "descriptors or memory)",
+                   w->id_, l->name(), uv_now(&w->loop_) - l->episode_start_ms, l->failed_accepts);
+      l->failed_accepts = 0;
+    }
   }
 }
 
-// Out of file descriptors: libuv would retry accept() at once, forever, and
-// freeze this worker's sessions. Stop accepting on this worker for a short
-// back-off (nginx waits too), then try again; one log line per episode.
+// Out of descriptors (or kernel memory): stop polling this socket on this
+// worker for a short back-off, then try again; the kernel keeps queued
+// connections meanwhile. One log line per episode.
 void Worker::pause_accepting(Listener& l, int err) {
   ++l.failed_accepts;
   if (l.paused || l.removing || stopping_) return;
@@ -236,10 +250,7 @@ void Worker::pause_accepting(Listener& l, int err) {
                  "retrying until descriptors are free",
                  id_, l.name(), uv_strerror(err), l.backoff_ms);
   }
-  // Closing the handle is the only way to stop libuv's accept loop; the
-  // socket itself lives on in spare_fd, so no connection queued in the kernel
-  // is lost.
-  uv_close(as_handle(&l.tcp), on_listener_handle_closed);
+  uv_poll_stop(&l.poll);
   uv_timer_start(&l.resume, on_resume_timer, l.backoff_ms, 0);
   l.backoff_ms = std::min(l.backoff_ms * 2, kMaxBackoffMs);
 }
@@ -247,19 +258,9 @@ void Worker::pause_accepting(Listener& l, int err) {
 void Worker::on_resume_timer(uv_timer_t* t) {
   auto* l = static_cast<Listener*>(t->data);
   Worker* w = l->worker;
-  if (l->removing || w->stopping_ || l->tcp_open) return;
-  // The handle takes one descriptor, the spare keeps another for next time.
-  const int fd = ::dup(l->spare_fd);
-  if (fd < 0) {
-    ++l->failed_accepts;
-    uv_timer_start(&l->resume, on_resume_timer, l->backoff_ms, 0);
-    l->backoff_ms = std::min(l->backoff_ms * 2, kMaxBackoffMs);
-    return;
-  }
+  if (l->removing || w->stopping_ || !l->paused) return;
   l->paused = false;
-  if (!w->listen_on(*l, fd)) {
-    uv_timer_start(&l->resume, on_resume_timer, l->backoff_ms, 0);
-  }
+  uv_poll_start(&l->poll, UV_READABLE, on_acceptable);
 }
 
 // ---- sessions --------------------------------------------------------------

@@ -96,7 +96,7 @@ class Worker final : public SessionHost {
   void pause_accepting(Listener& l, int err);
   void close_listener(Listener& l);
 
-  static void on_connection(uv_stream_t* server, int status);
+  static void on_acceptable(uv_poll_t* p, int status, int events);
   static void on_async(uv_async_t* a);
   static void on_shutdown_timer(uv_timer_t* t);
   static void on_resume_timer(uv_timer_t* t);

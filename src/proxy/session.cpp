@@ -1,5 +1,11 @@
 #include "proxy/session.hpp"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include <spdlog/spdlog.h>
 
 #include "log/access_log.hpp"
@@ -53,20 +59,24 @@ void Session::touch() { last_activity_ms_ = uv_now(host_.loop()); }
 
 const ListenerConfig& Session::listener_config() const { return *lv_.config; }
 
-int Session::accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
-                    uv_stream_t* listener) {
+int Session::accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv, int fd,
+                    const sockaddr* peer) {
   auto* s = new Session(host, std::move(snapshot), lv);
   uv_loop_t* loop = host.loop();
   uv_tcp_init(loop, &s->client_);
   uv_timer_init(loop, &s->timer_);
   s->open_handles_ = 2;
-  if (int r = uv_accept(listener, as_stream(&s->client_)); r < 0) {
+  if (int r = uv_tcp_open(&s->client_, fd); r < 0) {
     // Never a session: close quietly, no access-log record.
+    ::close(fd);
     s->state_ = State::closing;
     s->cause_ = Cause::none;
     uv_close(as_handle(&s->client_), on_close_cb);
     uv_close(as_handle(&s->timer_), on_close_cb);
     return r;
+  }
+  if (peer != nullptr && (peer->sa_family == AF_INET || peer->sa_family == AF_INET6)) {
+    std::memcpy(&s->peer_, peer, peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
   }
   s->counted_ = true;
   s->snapshot_->registry->counters().connections.fetch_add(1, std::memory_order_relaxed);
@@ -89,11 +99,6 @@ void Session::begin() {
   uv_loop_t* loop = host_.loop();
   start_ms_ = uv_now(loop);
   last_activity_ms_ = start_ms_;
-  // The peer address costs a system call: read it only when something needs it.
-  if (lv_.needs_client_address || spdlog::should_log(spdlog::level::debug)) {
-    int len = sizeof peer_;
-    if (uv_tcp_getpeername(&client_, &peer_.sa, &len) != 0) peer_.sa.sa_family = AF_UNSPEC;
-  }
   if (!admit()) return;
   if (lv_.config->preread != Preread::none) {
     begin_preread();
@@ -329,6 +334,7 @@ void Session::arm_timer() {
       if (lc.idle_timeout.count() > 0) consider(last_activity_ms_ + ms(lc.idle_timeout));
       if (lc.max_lifetime.count() > 0) consider(start_ms_ + ms(lc.max_lifetime));
       if (half_closed_) consider(last_activity_ms_ + ms(lc.fin_timeout));
+      consider(recheck_ms_);
       break;
     case State::accepted:
     case State::closing:
@@ -375,19 +381,30 @@ void Session::on_timer() {
       }
       break;
     case State::proxying:
+      if (recheck_ms_ != 0 && now >= recheck_ms_) recheck_ms_ = 0;
       if (lc.max_lifetime.count() > 0 && now >= start_ms_ + ms(lc.max_lifetime)) {
         finish(Cause::max_lifetime);
         return;
       }
       // After a FIN, fin_timeout is an inactivity timeout: every byte moved
       // either way re-arms it (HAProxy's client-fin/server-fin).
-      if (half_closed_ && now >= last_activity_ms_ + ms(lc.fin_timeout)) {
-        finish(Cause::fin_timeout);
-        return;
-      }
-      if (lc.idle_timeout.count() > 0 && now >= last_activity_ms_ + ms(lc.idle_timeout)) {
-        finish(Cause::idle_timeout);
-        return;
+      if ((half_closed_ && now >= last_activity_ms_ + ms(lc.fin_timeout)) ||
+          (lc.idle_timeout.count() > 0 && now >= last_activity_ms_ + ms(lc.idle_timeout))) {
+        const Duration timeout = half_closed_ && now >= last_activity_ms_ + ms(lc.fin_timeout) ? lc.fin_timeout
+                                                                                              : lc.idle_timeout;
+        switch (peers_draining()) {
+          case Drain::moving:
+            recheck_ms_ = 0;
+            touch();  // a peer is still taking bytes out of the kernel's buffers
+            break;
+          case Drain::unknown:
+            // Bytes are queued but we have no earlier sample: look again soon.
+            recheck_ms_ = now + std::max<std::uint64_t>(ms(timeout) / 4, 10);
+            break;
+          case Drain::stalled:
+            finish(timeout == lc.fin_timeout && half_closed_ ? Cause::fin_timeout : Cause::idle_timeout);
+            return;
+        }
       }
       break;
     case State::accepted:
@@ -395,6 +412,27 @@ void Session::on_timer() {
       return;
   }
   arm_timer();  // woke early (activity moved a deadline): sleep until the next one
+}
+
+// Bytes we wrote may still sit in the kernel's send buffers (megabytes on
+// loopback) while a slow peer reads them: that is activity too, invisible to
+// our reads and writes. Checked only when an inactivity timeout is due, so it
+// costs nothing on the data path: a send queue that shrank since the last
+// check means the peer is reading.
+Session::Drain Session::peers_draining() {
+  Drain out = Drain::stalled;
+  auto check = [&out](uv_tcp_t& tcp, std::uint32_t& last) {
+    uv_os_fd_t fd = -1;
+    int queued = 0;
+    if (uv_fileno(as_handle(&tcp), &fd) != 0 || ::ioctl(fd, SIOCOUTQ, &queued) != 0) return;
+    const auto q = static_cast<std::uint32_t>(queued);
+    if (q > 0 && last == kUnsampled && out == Drain::stalled) out = Drain::unknown;
+    if (q > 0 && last != kUnsampled && q != last) out = Drain::moving;
+    last = q;
+  };
+  check(client_, outq_client_);
+  if (server_open_ && !server_closing_) check(server_, outq_server_);
+  return out;
 }
 
 // ---- CLOSED ----------------------------------------------------------------

@@ -39,11 +39,11 @@ class Session {
     closing,     // finish() called; waiting for close callbacks
   };
 
-  // Accepts one pending connection from `listener` and runs it with the
-  // listener's view `lv` in `snapshot`. Returns the libuv error when accept
-  // itself failed (nothing to clean up then), else 0.
-  static int accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
-                    uv_stream_t* listener);
+  // Runs the connection `fd` (just accepted, non-blocking, from `peer`) with
+  // the listener's view `lv` in `snapshot`. Returns a libuv error when the
+  // descriptor could not be taken over (it is closed then), else 0.
+  static int accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv, int fd,
+                    const sockaddr* peer);
 
   // Ends the session now (graceful-stop deadline, server down, ...); no-op
   // when already closing.
@@ -85,6 +85,8 @@ class Session {
   void on_timer();
   void on_handle_closed(uv_handle_t* h);
   void write_access_record();
+  enum class Drain { moving, stalled, unknown };
+  Drain peers_draining();
   std::string hash_key(const Upstream& up) const;
   std::string client_address() const;  // "ip:port", empty when unknown
   std::string client_ip() const;        // empty when unknown
@@ -132,6 +134,10 @@ class Session {
   bool client_fin_first_ = false;
   std::uint64_t timer_due_ms_ = 0;  // when the timer fires; 0 = not armed
   std::uint64_t close_at_ms_ = 0;   // scheduled end (drain); 0 = none
+  static constexpr std::uint32_t kUnsampled = 0xffffffff;
+  std::uint32_t outq_client_ = kUnsampled;  // kernel send queues seen by the last idle check
+  std::uint32_t outq_server_ = kUnsampled;
+  std::uint64_t recheck_ms_ = 0;            // a second look at the send queues; 0 = none
   Cause close_at_cause_ = Cause::none;
 
   // Preread: the stage while it runs, then the bytes for the server.

@@ -18,16 +18,12 @@ std::shared_ptr<const Snapshot> Snapshot::build(std::shared_ptr<const Config> cf
   snap->access_log = registry.access_log(config.global);
 
   std::random_device rd;
-  // Any upstream may be reached from any preread listener (routes, default),
-  // so one upstream hashing on the client IP makes every listener need it.
-  bool needs_client_address = snap->access_log->enabled();
   for (const auto& [name, up] : config.upstreams) {
     std::vector<std::shared_ptr<ServerState>> states;
     states.reserve(up.servers.size());
     for (const ServerConfig& s : up.servers) states.push_back(registry.server(up, s));
     const std::uint64_t seed = (std::uint64_t{rd()} << 32) ^ rd();
     snap->upstreams.emplace(name, std::make_unique<Upstream>(up, std::move(states), seed));
-    if (up.balance == Balance::hash && up.hash_key != HashKey::sni) needs_client_address = true;
   }
   for (const ListenerConfig& l : config.listeners) {
     ListenerView v;
@@ -36,8 +32,6 @@ std::shared_ptr<const Snapshot> Snapshot::build(std::shared_ptr<const Config> cf
     if (!l.default_upstream.empty()) v.default_upstream = snap->find_upstream(l.default_upstream);
     if (l.preread != Preread::none) v.router = std::make_unique<preread::SniRouter>(l.routes);
     v.stats = registry.listener(l.name);
-    v.needs_client_address = needs_client_address || !l.allow.empty() || !l.deny.empty() ||
-                             l.client_max_connections > 0 || l.client_rate_limit.per_second > 0;
     snap->listeners.push_back(std::move(v));
   }
   return snap;

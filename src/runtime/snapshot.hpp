@@ -28,9 +28,6 @@ struct ListenerView {
   Upstream* default_upstream = nullptr;  // preread listeners, may be null
   std::unique_ptr<preread::SniRouter> router;  // preread listeners
   std::shared_ptr<ListenerStats> stats;
-  // The client's address is read at accept only when something uses it: the
-  // access log, or a hash on the client IP.
-  bool needs_client_address = false;
 };
 
 class Snapshot {

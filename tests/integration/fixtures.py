@@ -45,14 +45,14 @@ def sluice(tmp_path):
     started: list[harness.Sluice] = []
     counter = itertools.count(1)
 
-    def make(listeners, upstreams, global_=None, name=None, nofile=None, start=True):
+    def make(listeners, upstreams, global_=None, name=None, nofile=None, start=True, nofile_cap=None):
         name = name or f"sluice{next(counter)}"
         access_log = tmp_path / f"{name}.access.log"
         g = default_global(access_log)
         g.update(global_ or {})
         text = harness.render_config(g, listeners, upstreams)
         s = harness.Sluice(tmp_path, text, [l["name"] for l in listeners], name=name,
-                           nofile=nofile, access_log=access_log)
+                           nofile=nofile, access_log=access_log, nofile_cap=nofile_cap)
         started.append(s)
         if start:
             s.start()

@@ -200,18 +200,31 @@ def _raise_nofile(limit: int):
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
+def _cap_nofile(limit: int):
+    """Soft and hard limit both `limit`: the process cannot raise it."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def _lower_nofile(limit: int):
+    """A low soft limit under the usual hard limit: the process may raise it."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+
 class Sluice:
     """One running sluice process with its config file and access log."""
 
     def __init__(self, workdir: Path, config_text: str, listeners: Iterable[str],
                  name: str = "sluice", nofile: int | None = None,
-                 access_log: Path | None = None):
+                 access_log: Path | None = None, nofile_cap: int | None = None):
         self.workdir = Path(workdir)
         self.config_path = self.workdir / f"{name}.toml"
         self.config_path.write_text(config_text)
         self.access_log = access_log or self.workdir / f"{name}.access.log"
         self.expected_listeners = list(listeners)
         self.nofile = nofile
+        self.nofile_cap = nofile_cap
+        self.nofile_soft: int | None = None
         self.proc: subprocess.Popen | None = None
         self.log: LineLog | None = None
         self.addrs: dict[str, tuple[str, int]] = {}
@@ -223,6 +236,10 @@ class Sluice:
         if not binary.exists():
             raise AssertionError(f"sluice binary not found at {binary} (set SLUICE_BIN)")
         preexec = (lambda: _raise_nofile(self.nofile)) if self.nofile else None
+        if self.nofile_cap:
+            preexec = lambda: _cap_nofile(self.nofile_cap)  # noqa: E731
+        elif self.nofile_soft:
+            preexec = lambda: _lower_nofile(self.nofile_soft)  # noqa: E731
         self.proc = subprocess.Popen(
             [str(binary), "-c", str(self.config_path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
