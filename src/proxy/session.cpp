@@ -331,10 +331,15 @@ void Session::arm_timer() {
       consider(connector_.deadline_ms());
       break;
     case State::proxying:
-      if (lc.idle_timeout.count() > 0) consider(last_activity_ms_ + ms(lc.idle_timeout));
       if (lc.max_lifetime.count() > 0) consider(start_ms_ + ms(lc.max_lifetime));
+      if (recheck_ms_ != 0) {
+        // An inactivity timeout is due but the kernel still held our bytes:
+        // the recheck replaces it until then.
+        consider(recheck_ms_);
+        break;
+      }
+      if (lc.idle_timeout.count() > 0) consider(last_activity_ms_ + ms(lc.idle_timeout));
       if (half_closed_) consider(last_activity_ms_ + ms(lc.fin_timeout));
-      consider(recheck_ms_);
       break;
     case State::accepted:
     case State::closing:
@@ -381,10 +386,13 @@ void Session::on_timer() {
       }
       break;
     case State::proxying:
-      if (recheck_ms_ != 0 && now >= recheck_ms_) recheck_ms_ = 0;
       if (lc.max_lifetime.count() > 0 && now >= start_ms_ + ms(lc.max_lifetime)) {
         finish(Cause::max_lifetime);
         return;
+      }
+      if (recheck_ms_ != 0) {
+        if (now < recheck_ms_) break;  // woke early for another deadline
+        recheck_ms_ = 0;
       }
       // After a FIN, fin_timeout is an inactivity timeout: every byte moved
       // either way re-arms it (HAProxy's client-fin/server-fin).
