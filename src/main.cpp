@@ -1,5 +1,6 @@
 // sluice: the command line. Everything that runs is the control loop's
 // (src/control/) and the workers' (src/net/).
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -58,8 +59,20 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  sluice::init_error_log(config->global.log_level);
+  try {
+    sluice::init_error_log(config->global.log_level, config->global.error_log);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sluice: cannot open error_log \"%s\": %s\n", config->global.error_log.c_str(), e.what());
+    return 1;
+  }
   std::signal(SIGPIPE, SIG_IGN);
-  sluice::Control control(path, std::move(config));
-  return control.run();
+  int status = 0;
+  {
+    sluice::Control control(path, std::move(config));
+    status = control.run();
+  }
+  // A log destination that stopped draining must not hang the exit: what it
+  // could not take in a few seconds is lost, and the exit status stays true.
+  if (!sluice::shutdown_logging(std::chrono::seconds(3))) std::_Exit(status);
+  return status;
 }

@@ -114,6 +114,9 @@ bool Control::start() {
   uv_signal_start(&sigint_, on_signal, SIGINT);
   uv_signal_start(&sighup_, on_signal, SIGHUP);
   uv_signal_start(&sigusr1_, on_signal, SIGUSR1);
+  uv_timer_init(loop_, &tick_);
+  tick_.data = this;
+  uv_timer_start(&tick_, on_tick, 1000, 1000);
   for (auto& w : workers_) w->start();
   spdlog::info("sluice {} started: {} worker(s), {} listener(s)", SLUICE_VERSION, nworkers_,
                config.listeners.size());
@@ -302,8 +305,16 @@ void Control::on_signal(uv_signal_t* h, int signum) {
 }
 
 void Control::reopen_logs() {
+  // Logged first, so the line lands in the old error log file when that is
+  // one of the files being rotated.
   spdlog::info("received SIGUSR1: reopening log files");
-  // (wired to the log module's reopen once it is asynchronous)
+  const std::size_t n = reopen_log_files();
+  spdlog::info("reopened {} log file(s)", n);
+}
+
+void Control::on_tick(uv_timer_t* t) {
+  auto* c = static_cast<Control*>(t->data);
+  c->log_drops_.tick();
 }
 
 void Control::begin_stop(bool now) {
@@ -313,6 +324,7 @@ void Control::begin_stop(bool now) {
     // workers are done; signals stay handled meanwhile (a HUP or USR1 during
     // the drain must not kill the process).
     for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_unref(as_handle(sig));
+    uv_unref(as_handle(&tick_));
   }
   for (auto& w : workers_) {
     w->post(WorkerCommand::of(now ? WorkerCommand::Kind::stop_now : WorkerCommand::Kind::stop));
@@ -331,6 +343,7 @@ void Control::on_workers_stopped() {
   if (handles_closed_) return;
   handles_closed_ = true;
   for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_close(as_handle(sig), nullptr);
+  uv_close(as_handle(&tick_), nullptr);
   uv_close(as_handle(&stopped_async_), nullptr);
 }
 

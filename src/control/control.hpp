@@ -12,6 +12,7 @@
 
 #include <uv.h>
 
+#include "log/logging.hpp"
 #include "runtime/registry.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/config.hpp"
@@ -56,6 +57,7 @@ class Control {
 
   static void on_signal(uv_signal_t* h, int signum);
   static void on_stopped_async(uv_async_t* a);
+  static void on_tick(uv_timer_t* t);
 
   std::string config_path_;
   std::shared_ptr<const Config> initial_;
@@ -72,6 +74,8 @@ class Control {
   uv_signal_t sighup_{};
   uv_signal_t sigusr1_{};
   uv_async_t stopped_async_{};
+  uv_timer_t tick_{};           // once a second: housekeeping (dropped log records)
+  DropReporter log_drops_;
   bool stopping_ = false;
   bool handles_closed_ = false;
   int exit_status_ = 0;
