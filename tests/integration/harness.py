@@ -327,6 +327,18 @@ class Sluice:
         host, port = self.addr(listener)
         return connect(host, port, timeout=timeout)
 
+    def reload(self, config_text: str, expect_ok: bool = True, timeout: float = EVENT_TIMEOUT) -> re.Match:
+        """Rewrites the config file, sends SIGHUP and waits for the outcome line."""
+        assert self.log is not None
+        rx = r"reload (succeeded|failed)(.*)"
+        before = len(self.log.matches(rx))
+        self.config_path.write_text(config_text)
+        self.signal(signal.SIGHUP)
+        self.log.wait_for(rx, timeout=timeout, count=before + 1)
+        m = self.log.matches(rx)[before]
+        assert (m.group(1) == "succeeded") == expect_ok, m.group(0)
+        return m
+
 
 def run_check(config_path: Path, timeout: float = 15.0) -> subprocess.CompletedProcess:
     """Runs `sluice -t -c FILE`."""
