@@ -10,9 +10,11 @@
 
 #include "log/access_log.hpp"
 #include "proxy/buffer_pool.hpp"
+#include "proxy/local_error.hpp"
 #include "proxy/tls_stage.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/address.hpp"
+#include "sluice/cidr.hpp"
 #include "upstream/upstream.hpp"
 
 namespace sluice {
@@ -107,17 +109,47 @@ void Session::begin() {
   }
 }
 
-// Limits checked right after accept, before any byte is read or any server
-// contacted. Returns false when the session was closed.
+// Access control and limits, checked right after accept, before any byte is
+// read or any server contacted. Returns false when the session was closed.
 bool Session::admit() {
   const Config& cfg = *snapshot_->config;
   const ListenerConfig& lc = *lv_.config;
+  const auto* peer = &peer_.sa;
+  if ((!lc.deny.empty() && any_contains(lc.deny, peer)) || (!lc.allow.empty() && !any_contains(lc.allow, peer))) {
+    refuse(Cause::acl_denied);
+    return false;
+  }
   if (snapshot_->registry->counters().connections.load(std::memory_order_relaxed) > cfg.global.max_connections ||
       (lc.max_connections > 0 && lv_.stats->active.load(std::memory_order_relaxed) > lc.max_connections)) {
     finish(Cause::limit_reached);
     return false;
   }
+  if (lc.client_max_connections > 0 || lc.client_rate_limit.per_second > 0) {
+    const ClientTable::Limits limits{lc.client_max_connections, lc.client_rate_limit.per_second};
+    const Cause c = lv_.stats->clients.admit(peer, limits, uv_now(host_.loop()));
+    if (c != Cause::none) {
+      refuse(c);
+      return false;
+    }
+    client_counted_ = lc.client_max_connections > 0;
+  }
   return true;
+}
+
+// A refusal by policy (ACL, per-client limits) is counted by cause and
+// reported in the error log at most once a second per cause, not with one
+// access record per connection: a flood must not fill the disk.
+void Session::refuse(Cause cause) {
+  static RateLimitedWarning acl_warning;
+  static RateLimitedWarning limit_warning;
+  static RateLimitedWarning rate_warning;
+  RateLimitedWarning& w = cause == Cause::acl_denied ? acl_warning
+                          : cause == Cause::client_limit ? limit_warning
+                                                         : rate_warning;
+  w.warn(fmt::format("listener \"{}\": connection from {} refused ({})", lv_.config->name, client_address(),
+                     to_string(cause)));
+  quiet_ = true;
+  finish(cause);
 }
 
 // ---- PREREADING ------------------------------------------------------------
@@ -487,7 +519,8 @@ void Session::on_handle_closed(uv_handle_t* h) {
       st->bytes_in.fetch_add(c2s_.bytes, std::memory_order_relaxed);
       st->bytes_out.fetch_add(s2c_.bytes, std::memory_order_relaxed);
     }
-    if (snapshot_->access_log->enabled()) write_access_record();
+    if (client_counted_) lv_.stats->clients.release(&peer_.sa);
+    if (!quiet_ && snapshot_->access_log->enabled()) write_access_record();
     host_.unlink(*this);
   }
   delete this;

@@ -76,6 +76,7 @@ class Session {
   void set_state(State s);
   void begin();
   bool admit();
+  void refuse(Cause cause);
   void begin_preread();
   void on_preread_data(const char* data, std::size_t len);
   void route_and_connect(Upstream* up);
@@ -129,6 +130,8 @@ class Session {
   std::uint64_t start_ms_ = 0;
   std::uint64_t connected_ms_ = 0;
   bool connected_ = false;
+  bool client_counted_ = false;  // holds a slot in the listener's ClientTable
+  bool quiet_ = false;           // refused by policy: counted, no access record
   std::uint64_t last_activity_ms_ = 0;
   bool half_closed_ = false;        // a FIN has been seen: fin_timeout applies
   bool client_fin_first_ = false;

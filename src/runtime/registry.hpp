@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/client_table.hpp"
 #include "sluice/cause.hpp"
 #include "sluice/config.hpp"
 #include "upstream/server_state.hpp"
@@ -38,6 +39,7 @@ struct ListenerStats {
   std::atomic<std::uint64_t> bytes_in{0};  // delivered client -> server (at session end)
   std::atomic<std::uint64_t> bytes_out{0}; // delivered server -> client (at session end)
   CauseCounters closed;
+  ClientTable clients;  // client_max_connections, client_rate_limit
 };
 
 struct ProcessCounters {

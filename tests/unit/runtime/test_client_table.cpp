@@ -1,0 +1,112 @@
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstring>
+#include <string>
+
+#include "runtime/client_table.hpp"
+#include "sluice/cidr.hpp"
+
+using sluice::Cause;
+using sluice::ClientTable;
+
+namespace {
+
+sockaddr_storage v4(const char* ip) {
+  sockaddr_storage ss{};
+  auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+  a->sin_family = AF_INET;
+  inet_pton(AF_INET, ip, &a->sin_addr);
+  return ss;
+}
+
+sockaddr_storage v6(const char* ip) {
+  sockaddr_storage ss{};
+  auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+  a->sin6_family = AF_INET6;
+  inet_pton(AF_INET6, ip, &a->sin6_addr);
+  return ss;
+}
+
+const sockaddr* sa(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
+
+sluice::Cidr cidr(const char* ip, unsigned prefix) {
+  sluice::Cidr c;
+  c.prefix = prefix;
+  if (std::strchr(ip, ':') != nullptr) {
+    c.family = AF_INET6;
+    inet_pton(AF_INET6, ip, c.addr.data());
+  } else {
+    c.family = AF_INET;
+    inet_pton(AF_INET, ip, c.addr.data());
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("cidr_contains: IPv4, IPv6, mapped, odd prefixes") {
+  CHECK(sluice::cidr_contains(cidr("10.0.0.0", 8), sa(v4("10.1.2.3"))));
+  CHECK_FALSE(sluice::cidr_contains(cidr("10.0.0.0", 8), sa(v4("11.1.2.3"))));
+  CHECK(sluice::cidr_contains(cidr("192.168.4.0", 22), sa(v4("192.168.7.255"))));
+  CHECK_FALSE(sluice::cidr_contains(cidr("192.168.4.0", 22), sa(v4("192.168.8.0"))));
+  CHECK(sluice::cidr_contains(cidr("0.0.0.0", 0), sa(v4("8.8.8.8"))));
+  CHECK(sluice::cidr_contains(cidr("127.0.0.1", 32), sa(v6("::ffff:127.0.0.1"))));
+  CHECK(sluice::cidr_contains(cidr("2001:db8::", 32), sa(v6("2001:db8:1::7"))));
+  CHECK_FALSE(sluice::cidr_contains(cidr("2001:db8::", 33), sa(v6("2001:db8:8000::1"))));
+  CHECK_FALSE(sluice::cidr_contains(cidr("::1", 128), sa(v4("127.0.0.1"))));
+  CHECK_FALSE(sluice::cidr_contains(cidr("10.0.0.0", 8), sa(v6("::1"))));
+}
+
+TEST_CASE("client_max_connections counts open connections per address") {
+  ClientTable t;
+  const ClientTable::Limits lim{2, 0};
+  const auto a = v4("10.0.0.1");
+  const auto b = v4("10.0.0.2");
+  CHECK(t.admit(sa(a), lim, 0) == Cause::none);
+  CHECK(t.admit(sa(a), lim, 0) == Cause::none);
+  CHECK(t.admit(sa(a), lim, 0) == Cause::client_limit);
+  CHECK(t.admit(sa(b), lim, 0) == Cause::none);
+  t.release(sa(a));
+  CHECK(t.admit(sa(a), lim, 0) == Cause::none);
+  // The same IPv4 client seen through a dual-stack socket is the same entry.
+  CHECK(t.admit(sa(v6("::ffff:10.0.0.1")), lim, 0) == Cause::client_limit);
+}
+
+TEST_CASE("client_rate_limit is a token bucket with one second of burst") {
+  ClientTable t;
+  const ClientTable::Limits lim{0, 5};
+  const auto a = v4("10.0.0.1");
+  int ok = 0;
+  for (int i = 0; i < 10; ++i) ok += t.admit(sa(a), lim, 1000) == Cause::none;
+  CHECK(ok == 5);
+  CHECK(t.admit(sa(a), lim, 1100) == Cause::rate_limited);  // 0.5 token
+  CHECK(t.admit(sa(a), lim, 1200) == Cause::none);          // 1 token after 200 ms
+  CHECK(t.admit(sa(a), lim, 1200) == Cause::rate_limited);
+}
+
+TEST_CASE("the table is bounded: idle entries are reclaimed, busy ones refuse new addresses") {
+  ClientTable t;
+  const ClientTable::Limits lim{1, 0};
+  sockaddr_storage ss{};
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  a6->sin6_family = AF_INET6;
+  std::size_t refused = 0;
+  for (std::uint32_t i = 0; i < ClientTable::kMaxClients * 2; ++i) {
+    std::memcpy(a6->sin6_addr.s6_addr, &i, sizeof i);
+    a6->sin6_addr.s6_addr[15] = 0x42;
+    refused += t.admit(sa(ss), lim, 0) != Cause::none;
+  }
+  CHECK(t.size() <= ClientTable::kMaxClients);
+  CHECK(refused >= ClientTable::kMaxClients);
+  CHECK(t.refused_full() == refused);
+  // Once those clients leave, new ones get in again.
+  for (std::uint32_t i = 0; i < ClientTable::kMaxClients * 2; ++i) {
+    std::memcpy(a6->sin6_addr.s6_addr, &i, sizeof i);
+    a6->sin6_addr.s6_addr[15] = 0x42;
+    t.release(sa(ss));
+  }
+  CHECK(t.admit(sa(v4("10.9.9.9")), lim, 0) == Cause::none);
+}
