@@ -4,7 +4,6 @@
 
 #include "proxy/local_error.hpp"
 #include "proxy/session.hpp"
-#include "proxy/socket_options.hpp"
 #include "runtime/snapshot.hpp"
 #include "upstream/upstream.hpp"
 
@@ -69,8 +68,6 @@ void Connector::attempt() {
     failed(is_local_resource_error(r) ? ConnectResult::local_error : ConnectResult::failed, r);
     return;
   }
-  uv_os_fd_t fd = -1;
-  if (uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) == 0) set_keepalive(fd, lc);
   // Reading the server starts with the connect: libuv delivers nothing before
   // the connect callback, and epoll then only has to drop POLLOUT instead of
   // re-adding the socket once the connect completes.

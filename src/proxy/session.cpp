@@ -11,6 +11,7 @@
 #include "log/access_log.hpp"
 #include "proxy/buffer_pool.hpp"
 #include "proxy/local_error.hpp"
+#include "proxy/socket_options.hpp"
 #include "proxy/tls_stage.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/address.hpp"
@@ -276,6 +277,10 @@ void Session::close_server_for_retry() {
 void Session::on_connected() {
   connected_ms_ = uv_now(host_.loop());
   connected_ = true;
+  // The server leg's keepalive is set once the session has lived a while:
+  // four setsockopt calls that most short sessions never need. A dead peer
+  // is then found at most kServerKeepaliveDelayMs later.
+  if (lv_.config->tcp_keepalive) keepalive_at_ms_ = connected_ms_ + kServerKeepaliveDelayMs;
   start_proxying();
 }
 
@@ -363,6 +368,7 @@ void Session::arm_timer() {
       consider(connector_.deadline_ms());
       break;
     case State::proxying:
+      consider(keepalive_at_ms_);
       if (lc.max_lifetime.count() > 0) consider(start_ms_ + ms(lc.max_lifetime));
       if (recheck_ms_ != 0) {
         // An inactivity timeout is due but the kernel still held our bytes:
@@ -418,6 +424,11 @@ void Session::on_timer() {
       }
       break;
     case State::proxying:
+      if (keepalive_at_ms_ != 0 && now >= keepalive_at_ms_) {
+        keepalive_at_ms_ = 0;
+        uv_os_fd_t fd = -1;
+        if (server_open_ && uv_fileno(as_handle(&server_), &fd) == 0) set_keepalive(fd, lc);
+      }
       if (lc.max_lifetime.count() > 0 && now >= start_ms_ + ms(lc.max_lifetime)) {
         finish(Cause::max_lifetime);
         return;

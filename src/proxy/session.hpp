@@ -130,6 +130,7 @@ class Session {
   std::uint64_t start_ms_ = 0;
   std::uint64_t connected_ms_ = 0;
   bool connected_ = false;
+  std::uint64_t keepalive_at_ms_ = 0;  // when to turn on the server leg's keepalive; 0 = done or off
   bool client_counted_ = false;  // holds a slot in the listener's ClientTable
   bool quiet_ = false;           // refused by policy: counted, no access record
   std::uint64_t last_activity_ms_ = 0;
@@ -138,6 +139,7 @@ class Session {
   std::uint64_t timer_due_ms_ = 0;  // when the timer fires; 0 = not armed
   std::uint64_t close_at_ms_ = 0;   // scheduled end (drain); 0 = none
   static constexpr std::uint32_t kUnsampled = 0xffffffff;
+  static constexpr std::uint64_t kServerKeepaliveDelayMs = 3000;
   std::uint32_t outq_client_ = kUnsampled;  // kernel send queues seen by the last idle check
   std::uint32_t outq_server_ = kUnsampled;
   std::uint64_t recheck_ms_ = 0;            // a second look at the send queues; 0 = none
