@@ -6,8 +6,8 @@ set -euo pipefail
 
 packages=(
   g++ pkg-config meson ninja-build cmake
-  libuv1-dev libtomlplusplus-dev libspdlog-dev doctest-dev libxxhash-dev
-  libssl-dev openssl python3 python3-pytest curl procps
+  libuv1-dev libtomlplusplus-dev libspdlog-dev doctest-dev libxxhash-dev libsystemd-dev
+  libssl-dev openssl python3 python3-pytest curl procps logrotate
   clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
   postgresql postgresql-client redis-server redis-tools   # database end-to-end tests
 )

@@ -9,6 +9,7 @@
 #include <set>
 
 #include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
 
 #include "log/access_log.hpp"
 #include "net/listener.hpp"
@@ -120,6 +121,7 @@ bool Control::start() {
   for (auto& w : workers_) w->start();
   spdlog::info("sluice {} started: {} worker(s), {} listener(s)", SLUICE_VERSION, nworkers_,
                config.listeners.size());
+  notify_systemd("READY=1\nSTATUS=running, configuration generation " + std::to_string(generation_));
   return true;
 }
 
@@ -287,13 +289,7 @@ void Control::on_signal(uv_signal_t* h, int signum) {
         spdlog::info("received SIGHUP while stopping: reload ignored");
         return;
       }
-      spdlog::info("received SIGHUP: reloading {}", c->config_path_);
-      const ReloadResult r = c->reload_from_file();
-      if (r.ok) {
-        spdlog::info("reload succeeded: {}", r.message);
-      } else {
-        spdlog::error("reload failed, the running configuration is unchanged: {}", r.message);
-      }
+      c->reload("SIGHUP");
       return;
     }
     case SIGUSR1:
@@ -302,6 +298,26 @@ void Control::on_signal(uv_signal_t* h, int signum) {
     default:
       return;
   }
+}
+
+ReloadResult Control::reload(std::string_view origin) {
+  spdlog::info("received {}: reloading {}", origin, config_path_);
+  notify_systemd("RELOADING=1");
+  const ReloadResult r = reload_from_file();
+  if (r.ok) {
+    spdlog::info("reload succeeded: {}", r.message);
+  } else {
+    spdlog::error("reload failed, the running configuration is unchanged: {}", r.message);
+  }
+  last_reload_ = LastReload{true, r.ok, wall_ms(), r.message};
+  notify_systemd("READY=1\nSTATUS=" + std::string(r.ok ? "running, configuration generation " : "running; last reload failed, generation ") +
+                 std::to_string(generation_));
+  return r;
+}
+
+void Control::notify_systemd(const std::string& state) {
+  // A no-op unless started by systemd with Type=notify (NOTIFY_SOCKET set).
+  sd_notify(0, state.c_str());
 }
 
 void Control::reopen_logs() {
@@ -320,6 +336,7 @@ void Control::on_tick(uv_timer_t* t) {
 void Control::begin_stop(bool now) {
   if (!stopping_) {
     stopping_ = true;
+    notify_systemd("STOPPING=1");
     // The remaining handles must not keep the control loop alive once the
     // workers are done; signals stay handled meanwhile (a HUP or USR1 during
     // the drain must not kill the process).

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <uv.h>
@@ -42,6 +43,19 @@ class Control {
   ReloadResult reload_from_file();
   // Applies an already validated configuration.
   ReloadResult apply(std::shared_ptr<const Config> config);
+  // A reload asked for by `origin` ("SIGHUP", "POST /reload"): reads the
+  // file, applies it, logs the outcome, tells systemd, and records it.
+  ReloadResult reload(std::string_view origin);
+
+  struct LastReload {
+    bool attempted = false;
+    bool ok = false;
+    std::int64_t time_ms = 0;  // wall clock
+    std::string message;
+  };
+  const LastReload& last_reload() const { return last_reload_; }
+  std::uint64_t generation() const { return generation_; }
+  const std::string& config_path() const { return config_path_; }
 
   const std::shared_ptr<const Snapshot>& snapshot() const { return snapshot_; }
   Registry& registry() { return registry_; }
@@ -53,6 +67,7 @@ class Control {
   void begin_stop(bool now);
   void on_workers_stopped();
   void reopen_logs();
+  void notify_systemd(const std::string& state);
   void drain_removed(const Snapshot& before, const Snapshot& after);
 
   static void on_signal(uv_signal_t* h, int signum);
@@ -77,6 +92,7 @@ class Control {
   uv_timer_t tick_{};           // once a second: housekeeping (dropped log records)
   DropReporter log_drops_;
   bool stopping_ = false;
+  LastReload last_reload_;
   bool handles_closed_ = false;
   int exit_status_ = 0;
 };

@@ -225,6 +225,7 @@ class Sluice:
         self.nofile = nofile
         self.nofile_cap = nofile_cap
         self.nofile_soft: int | None = None
+        self.env: dict[str, str] | None = None  # extra environment variables
         self.proc: subprocess.Popen | None = None
         self.log: LineLog | None = None
         self.addrs: dict[str, tuple[str, int]] = {}
@@ -243,7 +244,8 @@ class Sluice:
         self.proc = subprocess.Popen(
             [str(binary), "-c", str(self.config_path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=self.workdir, preexec_fn=preexec)
+            cwd=self.workdir, preexec_fn=preexec,
+            env={**os.environ, **self.env} if self.env else None)
         self.log = LineLog(self.proc.stdout)
         for name in self.expected_listeners:
             m = self.log.wait_for(LISTENING_RX.replace('(?P<name>[^"]+)', re.escape(name)),
