@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the ClientHello libFuzzer target with clang + ASan/UBSan in its own
-# build dir and runs it for a while, starting from the captured hellos.
+# Builds the libFuzzer targets (ClientHello parser, PROXY protocol header
+# parser) with clang + ASan/UBSan in their own build dir and runs each for
+# half of SECONDS, starting from captured hellos and sample headers.
 #
 #   tools/fuzz.sh [SECONDS] [BUILD_DIR]    (defaults: 60, build-fuzz)
 #
@@ -24,7 +25,8 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_sanitize=address,undefined -Db_lundef=false
 fi
 # Only the fuzz target: the rest of the tree is not needed here.
-ninja -C "$build" tests/fuzz/fuzz_client_hello
+ninja -C "$build" tests/fuzz/fuzz_client_hello tests/fuzz/fuzz_proxy_header
+half=$(( (seconds + 1) / 2 ))
 
 # A fresh scratch corpus each run: the captured hellos as they are, and each
 # behind the 3-byte parameter prefix the target reads (cap 16384, a split seed)
@@ -44,10 +46,28 @@ done
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 "$build/tests/fuzz/fuzz_client_hello" \
-  -max_total_time="$seconds" \
+  -max_total_time="$half" \
   -max_len=20000 \
   -timeout=10 \
   -rss_limit_mb=2048 \
   -print_final_stats=1 \
   -artifact_prefix="$artifacts/" \
   "$corpus"
+
+# PROXY protocol headers: v1 and v2 samples as seeds.
+pcorpus="$build/fuzz-corpus-proxy"
+rm -rf "$pcorpus"
+mkdir -p "$pcorpus"
+printf 'PROXY TCP4 192.0.2.1 192.0.2.9 56324 443\r\n' > "$pcorpus/v1_tcp4"
+printf 'PROXY TCP6 2001:db8::1 ::1 1000 5432\r\nrest' > "$pcorpus/v1_tcp6"
+printf 'PROXY UNKNOWN\r\n' > "$pcorpus/v1_unknown"
+printf '\r\n\r\n\000\r\nQUIT\n\041\021\000\014\300\000\002\001\300\000\002\011\333\004\001\273' > "$pcorpus/v2_tcp4"
+printf '\r\n\r\n\000\r\nQUIT\n\040\000\000\000' > "$pcorpus/v2_local"
+"$build/tests/fuzz/fuzz_proxy_header" \
+  -max_total_time="$half" \
+  -max_len=5000 \
+  -timeout=10 \
+  -rss_limit_mb=2048 \
+  -print_final_stats=1 \
+  -artifact_prefix="$artifacts/" \
+  "$pcorpus"

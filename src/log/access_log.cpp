@@ -22,6 +22,8 @@ void append_field(std::string& out, std::string_view key, std::string_view value
   }
 }
 
+std::string_view cause_text(const AccessRecord& r) { return r.interim ? "interim" : to_string(r.cause); }
+
 }  // namespace
 
 AccessLog::AccessLog(const std::string& target, const std::string& format) : json_(format == "json") {
@@ -47,7 +49,7 @@ std::string AccessLog::format_text(const AccessRecord& r) {
   append_field(out, " sni", r.sni);
   append_field(out, " alpn", r.alpn);
   out += fmt::format(" tries={} bytes_in={} bytes_out={} connect_ms={} duration_ms={} cause={}", r.tries,
-                     r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, to_string(r.cause));
+                     r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, cause_text(r));
   return out;
 }
 
@@ -64,7 +66,7 @@ std::string AccessLog::format_json(const AccessRecord& r) {
   append_json_string(out, r.alpn);
   out += fmt::format(
       ",\"tries\":{},\"bytes_in\":{},\"bytes_out\":{},\"connect_ms\":{},\"duration_ms\":{},\"cause\":\"{}\"",
-      r.tries, r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, to_string(r.cause));
+      r.tries, r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, cause_text(r));
   return out;
 }
 

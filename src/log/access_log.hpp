@@ -1,4 +1,5 @@
-// The access log: exactly one record per session, written when it ends.
+// The access log: exactly one record per session, written when it ends
+// (and, with log_interval, interim records while a long session runs).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@ struct AccessRecord {
   std::int64_t connect_ms = -1; // time to the successful connect, -1 if none
   std::int64_t duration_ms = 0;
   Cause cause = Cause::none;
+  bool interim = false;      // a long session's progress record (log_interval): cause is "interim"
 };
 
 class AccessLog {

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "log/access_log.hpp"
+#include "preread/proxy_protocol.hpp"
 #include "proxy/buffer_pool.hpp"
 #include "proxy/local_error.hpp"
 #include "proxy/socket_options.hpp"
@@ -102,7 +103,22 @@ void Session::begin() {
   uv_loop_t* loop = host_.loop();
   start_ms_ = uv_now(loop);
   last_activity_ms_ = start_ms_;
+  if (lv_.config->accept_proxy) {
+    // Only trusted peers may say who the client is. The ACL and the
+    // per-client limits wait for the address the header carries.
+    if (!any_contains(lv_.config->trusted_proxies, &peer_.sa)) {
+      refuse(Cause::rejected_proxy);
+      return;
+    }
+    awaiting_proxy_ = true;
+    begin_preread();
+    return;
+  }
   if (!admit()) return;
+  after_admission();
+}
+
+void Session::after_admission() {
   if (lv_.config->preread != Preread::none) {
     begin_preread();
   } else {
@@ -144,9 +160,11 @@ void Session::refuse(Cause cause) {
   static RateLimitedWarning acl_warning;
   static RateLimitedWarning limit_warning;
   static RateLimitedWarning rate_warning;
-  RateLimitedWarning& w = cause == Cause::acl_denied ? acl_warning
+  static RateLimitedWarning proxy_warning;
+  RateLimitedWarning& w = cause == Cause::acl_denied     ? acl_warning
                           : cause == Cause::client_limit ? limit_warning
-                                                         : rate_warning;
+                          : cause == Cause::rate_limited ? rate_warning
+                                                         : proxy_warning;
   w.warn(fmt::format("listener \"{}\": connection from {} refused ({})", lv_.config->name, client_address(),
                      to_string(cause)));
   quiet_ = true;
@@ -156,8 +174,10 @@ void Session::refuse(Cause cause) {
 // ---- PREREADING ------------------------------------------------------------
 
 void Session::begin_preread() {
+  const bool reading = client_reading_;
   set_state(State::prereading);
-  stage_ = std::make_unique<TlsStage>(lv_, *snapshot_);
+  if (!awaiting_proxy_) stage_ = std::make_unique<TlsStage>(lv_, *snapshot_);
+  if (reading) return;  // after a PROXY header: the client is being read already
   if (int r = uv_read_start(as_stream(&client_), on_client_alloc, on_client_read); r < 0) {
     finish(Cause::client_reset);
     return;
@@ -205,8 +225,42 @@ void Session::stop_client_reading() {
   client_reading_ = false;
 }
 
+// The PROXY protocol header of an accept_proxy listener: collected until
+// whole, then the carried client address replaces the peer's (for logs, ACLs
+// and hashing) and whatever followed it goes on to the next stage.
+void Session::on_proxy_header_data(const char* data, std::size_t len) {
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(data);
+  proxy_header_.insert(proxy_header_.end(), bytes, bytes + len);
+  const preread::ProxyHeader h = preread::parse_proxy_header(proxy_header_);
+  if (h.status == preread::ProxyHeader::Status::need_more) return;
+  if (h.status == preread::ProxyHeader::Status::invalid) {
+    SPDLOG_DEBUG("listener \"{}\" peer {}: {}", lv_.config->name, client_address(), h.error);
+    finish(Cause::rejected_proxy);
+    return;
+  }
+  if (!h.local) {
+    std::memcpy(&peer_, &h.source, h.source.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    std::memcpy(&proxied_destination_, &h.destination, sizeof h.destination);
+  }
+  std::vector<std::uint8_t> rest(proxy_header_.begin() + static_cast<std::ptrdiff_t>(h.length), proxy_header_.end());
+  proxy_header_ = {};
+  awaiting_proxy_ = false;
+  if (!admit()) return;
+  if (lv_.config->preread != Preread::none) {
+    begin_preread();
+    if (!rest.empty()) on_preread_data(reinterpret_cast<const char*>(rest.data()), rest.size());
+    return;
+  }
+  forward_ = std::move(rest);
+  route_and_connect(lv_.upstream);
+}
+
 void Session::on_preread_data(const char* data, std::size_t len) {
   touch();
+  if (awaiting_proxy_) {
+    on_proxy_header_data(data, len);
+    return;
+  }
   const PrereadResult r = stage_->feed({reinterpret_cast<const std::uint8_t*>(data), len});
   switch (r.kind) {
     case PrereadResult::Kind::need_more:
@@ -281,7 +335,33 @@ void Session::on_connected() {
   // four setsockopt calls that most short sessions never need. A dead peer
   // is then found at most kServerKeepaliveDelayMs later.
   if (lv_.config->tcp_keepalive) keepalive_at_ms_ = connected_ms_ + kServerKeepaliveDelayMs;
+  if (const Duration every = snapshot_->config->global.log_interval; every.count() > 0) {
+    interim_at_ms_ = start_ms_ + ms(every);
+  }
+  if (const Upstream* up = connector_.upstream(); up != nullptr && up->config().proxy_protocol != ProxyProtocol::none) {
+    prepend_proxy_header(up->config().proxy_protocol);
+  }
   start_proxying();
+}
+
+// The PROXY protocol header for the server goes before every other byte: the
+// client's address (or the one a trusted proxy gave us) and the address it
+// connected to.
+void Session::prepend_proxy_header(ProxyProtocol version) {
+  sockaddr_storage destination = proxied_destination_;
+  if (destination.ss_family == 0) {
+    int len = sizeof destination;
+    uv_tcp_getsockname(&client_, reinterpret_cast<sockaddr*>(&destination), &len);
+  }
+  std::vector<std::uint8_t> header;
+  header.reserve(64 + forward_.size());
+  if (version == ProxyProtocol::v1) {
+    preread::append_v1(header, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination));
+  } else {
+    preread::append_v2(header, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination), alpn_, sni_);
+  }
+  header.insert(header.end(), forward_.begin(), forward_.end());
+  forward_ = std::move(header);
 }
 
 // ---- PROXYING --------------------------------------------------------------
@@ -369,6 +449,7 @@ void Session::arm_timer() {
       break;
     case State::proxying:
       consider(keepalive_at_ms_);
+      consider(interim_at_ms_);
       if (lc.max_lifetime.count() > 0) consider(start_ms_ + ms(lc.max_lifetime));
       if (recheck_ms_ != 0) {
         // An inactivity timeout is due but the kernel still held our bytes:
@@ -424,6 +505,10 @@ void Session::on_timer() {
       }
       break;
     case State::proxying:
+      if (interim_at_ms_ != 0 && now >= interim_at_ms_) {
+        interim_at_ms_ = now + ms(snapshot_->config->global.log_interval);
+        if (snapshot_->access_log->enabled()) write_access_record(true);
+      }
       if (keepalive_at_ms_ != 0 && now >= keepalive_at_ms_) {
         keepalive_at_ms_ = 0;
         uv_os_fd_t fd = -1;
@@ -537,7 +622,7 @@ void Session::on_handle_closed(uv_handle_t* h) {
   delete this;
 }
 
-void Session::write_access_record() {
+void Session::write_access_record(bool interim) {
   const std::uint64_t now = uv_now(host_.loop());
   const std::string client = client_address();
   AccessRecord r;
@@ -552,6 +637,7 @@ void Session::write_access_record() {
   r.connect_ms = connected_ ? static_cast<std::int64_t>(connected_ms_ - start_ms_) : -1;
   r.duration_ms = static_cast<std::int64_t>(now - start_ms_);
   r.cause = cause_;
+  r.interim = interim;
   snapshot_->access_log->write(r);
 }
 

@@ -77,6 +77,9 @@ class Session {
   void begin();
   bool admit();
   void refuse(Cause cause);
+  void after_admission();
+  void on_proxy_header_data(const char* data, std::size_t len);
+  void prepend_proxy_header(ProxyProtocol version);
   void begin_preread();
   void on_preread_data(const char* data, std::size_t len);
   void route_and_connect(Upstream* up);
@@ -85,7 +88,7 @@ class Session {
   void arm_timer();
   void on_timer();
   void on_handle_closed(uv_handle_t* h);
-  void write_access_record();
+  void write_access_record(bool interim = false);
   enum class Drain { moving, stalled, unknown };
   Drain peers_draining();
   std::string hash_key(const Upstream& up) const;
@@ -130,8 +133,12 @@ class Session {
   std::uint64_t start_ms_ = 0;
   std::uint64_t connected_ms_ = 0;
   bool connected_ = false;
+  std::uint64_t interim_at_ms_ = 0;     // next interim access record (log_interval); 0 = off
   std::uint64_t keepalive_at_ms_ = 0;  // when to turn on the server leg's keepalive; 0 = done or off
-  bool client_counted_ = false;  // holds a slot in the listener's ClientTable
+  bool client_counted_ = false;
+  bool awaiting_proxy_ = false;               // accept_proxy: the PROXY header is not complete yet
+  std::vector<std::uint8_t> proxy_header_;    // its bytes so far
+  sockaddr_storage proxied_destination_{};    // the destination it carried (family 0 = none)  // holds a slot in the listener's ClientTable
   bool quiet_ = false;           // refused by policy: counted, no access record
   std::uint64_t last_activity_ms_ = 0;
   bool half_closed_ = false;        // a FIN has been seen: fin_timeout applies
