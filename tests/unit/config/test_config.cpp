@@ -9,32 +9,15 @@
 
 #include <doctest/doctest.h>
 
+#include "config_cases.hpp"
 #include "sluice/config.hpp"
 
 using namespace std::chrono_literals;
 using sluice::Config;
 using sluice::ConfigError;
+using namespace config_test;
 
 namespace {
-
-std::string error_of(const std::string& text) {
-  try {
-    sluice::parse_config(text, "x.toml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-// Valid remainders appended after a snippet, so that only the snippet is wrong
-// and its line numbers are the ones in the file.
-const std::string kUpstreamU = "\n[upstream.u]\nservers = [{ address = \"127.0.0.1:9001\" }]\n";
-const std::string kListenerL = "\n[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstream = \"u\"\n";
-const std::string kTail = kListenerL + kUpstreamU;
-
-// First lines of a valid listener "l" (lines 1-4) and of a TLS listener "t" (lines 1-4).
-const std::string kL = "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstream = \"u\"\n";
-const std::string kT = "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:0\"\npreread = \"tls\"\n";
 
 const std::string kGlobalKeys =
     "allowed: workers, max_connections, shutdown_timeout, log_level, error_log, access_log, access_log_format, "
@@ -48,18 +31,6 @@ const std::string kUpstreamKeys =
     "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, all_down, proxy_protocol, "
     "drain_timeout, servers, health";
 const std::string kLike = "must be a duration like \"250ms\", \"3s\", \"5m\", \"1h\", got ";
-
-struct Case {
-  std::string toml;
-  std::string error;
-};
-
-void check_cases(const std::vector<Case>& cases) {
-  for (const auto& c : cases) {
-    CAPTURE(c.toml);
-    CHECK(error_of(c.toml) == c.error);
-  }
-}
 
 }  // namespace
 
