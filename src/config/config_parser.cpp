@@ -1,8 +1,9 @@
 // TOML text -> validated, immutable Config. All checks live here (and in
 // values.cpp); the first problem found is thrown as ConfigError with the
 // position of the offending node.
-#include <sys/socket.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,11 +11,13 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <system_error>
 #include <vector>
 
 #include <toml++/toml.h>
 
+#include "config/health_parser.hpp"
 #include "config/quote.hpp"
 #include "config/table_reader.hpp"
 #include "config/values.hpp"
@@ -62,6 +65,52 @@ bool same_endpoint(const Endpoint& a, const Endpoint& b) {
   return false;
 }
 
+// 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104.
+bool is_loopback(const sockaddr_storage& ss) {
+  static const Cidr kLoopback4 = *[] {
+    std::string error;
+    return parse_cidr("127.0.0.0/8", error);
+  }();
+  if (ss.ss_family == AF_INET6) {
+    sockaddr_in6 sin6{};
+    std::memcpy(&sin6, &ss, sizeof sin6);
+    if (IN6_IS_ADDR_LOOPBACK(&sin6.sin6_addr)) return true;
+  }
+  return cidr_contains(kLoopback4, reinterpret_cast<const sockaddr*>(&ss));
+}
+
+bool is_unspecified(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) {
+    sockaddr_in sin{};
+    std::memcpy(&sin, &ss, sizeof sin);
+    return sin.sin_addr.s_addr == htonl(INADDR_ANY);
+  }
+  if (ss.ss_family == AF_INET6) {
+    sockaddr_in6 sin6{};
+    std::memcpy(&sin6, &ss, sizeof sin6);
+    return IN6_IS_ADDR_UNSPECIFIED(&sin6.sin6_addr);
+  }
+  return false;
+}
+
+// The addresses of this host's interfaces, as endpoints with port 0.
+std::vector<Endpoint> local_addresses() {
+  std::vector<Endpoint> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (const ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr) continue;
+    const auto family = it->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    Endpoint ep;
+    ep.addr_len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    std::memcpy(&ep.addr, it->ifa_addr, ep.addr_len);
+    out.push_back(ep);
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
 std::string already_used(std::string_view key, const Endpoint& mine, std::string_view owner, const Endpoint& theirs) {
   const std::string head = std::string(key) + " " + quote(mine.text);
   if (mine.text == theirs.text) return head + " is already used by " + std::string(owner);
@@ -100,13 +149,20 @@ class Parser {
     Config config;
     config.path = path_;
     TableReader top(root_, "top level", path_);
-    top.reject_unknown_keys({"global", "listener", "upstream"},
-                            {{"admin", "the admin API is not implemented yet"}});
+    top.reject_unknown_keys({"global", "admin", "listener", "upstream"});
 
     if (const toml::node* global = top.get("global")) {
       const auto* table = global->as_table();
       if (table == nullptr) top.fail_type("global", *global, "a table ([global])");
       config.global = parse_global(*table);
+    }
+
+    std::string error;
+    config.admin.listen = *parse_address("127.0.0.1:9090", false, error);
+    if (const toml::node* admin = top.get("admin")) {
+      const auto* table = admin->as_table();
+      if (table == nullptr) top.fail_type("admin", *admin, "a table ([admin])");
+      parse_admin(*table, config.admin);
     }
 
     // Upstreams first so listener references can be checked where they are written.
@@ -126,14 +182,19 @@ class Parser {
     for (std::size_t i = 0; i < array->size(); ++i) {
       config.listeners.push_back(parse_listener(*(*array)[i].as_table(), i + 1, config));
     }
+    if (config.admin.enabled) check_admin_address(config);
+    for (const auto& l : config.listeners) {
+      check_no_loop(l, config);
+      check_hash_key(l, config);
+    }
     return config;
   }
 
  private:
   GlobalConfig parse_global(const toml::table& table) {
     TableReader r(table, "[global]", path_);
-    r.reject_unknown_keys(
-        {"workers", "max_connections", "shutdown_timeout", "log_level", "access_log", "access_log_format"});
+    r.reject_unknown_keys({"workers", "max_connections", "shutdown_timeout", "log_level", "error_log", "access_log",
+                           "access_log_format", "log_interval", "drain_timeout"});
     GlobalConfig g;
     if (auto v = r.integer("workers", 0, 256)) g.workers = static_cast<unsigned>(*v);
     if (auto v = r.integer("max_connections", 1, kInt64Max)) g.max_connections = static_cast<std::uint64_t>(*v);
@@ -147,6 +208,13 @@ class Parser {
                                                           {"off", "off"}})) {
       g.log_level = std::string(*v);
     }
+    if (auto v = r.string("error_log")) {
+      if (v->empty() || *v == "off") {
+        r.fail(*r.get("error_log"), "error_log must be a file path, \"stderr\" or \"stdout\", got " + quote(*v) +
+                                        " (log_level = \"off\" silences it)");
+      }
+      g.error_log = *v;
+    }
     if (auto v = r.string("access_log")) {
       if (v->empty()) {
         r.fail(*r.get("access_log"), "access_log must be a file path, \"stderr\", \"stdout\" or \"off\", got \"\"");
@@ -156,7 +224,40 @@ class Parser {
     if (auto v = r.choice<std::string_view>("access_log_format", {{"text", "text"}, {"json", "json"}})) {
       g.access_log_format = std::string(*v);
     }
+    if (auto v = r.duration("log_interval", true)) {
+      if (v->count() != 0 && *v < std::chrono::seconds(1)) {
+        r.fail(*r.get("log_interval"),
+               "log_interval must be \"0s\" (off) or at least \"1s\", got " + quote(*r.string("log_interval")));
+      }
+      g.log_interval = *v;
+    }
+    if (auto v = r.duration("drain_timeout", true)) g.drain_timeout = *v;
     return g;
+  }
+
+  void parse_admin(const toml::table& table, AdminConfig& a) {
+    TableReader r(table, "[admin]", path_);
+    r.reject_unknown_keys({"listen", "token_file"});
+    a.enabled = true;
+    if (auto v = r.address("listen", true)) a.listen = *v;
+    if (auto v = r.readable_file("token_file")) {
+      if (!has_text(*v)) r.fail(*r.get("token_file"), "token_file " + quote(*v) + " holds no token (it is empty)");
+      a.token_file = *v;
+    }
+    if (a.token_file.empty() && !is_loopback(a.listen.addr)) {
+      r.fail(*r.get("listen"), "listen " + quote(a.listen.text) +
+                                   " is not a loopback address: set token_file so that every request needs a token");
+    }
+  }
+
+  // True when the file holds at least one byte that is not white space.
+  static bool has_text(const std::string& file_path) {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(file_path.c_str(), "rb"), &std::fclose);
+    if (!file) return false;
+    for (int c = std::fgetc(file.get()); c != EOF; c = std::fgetc(file.get())) {
+      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return true;
+    }
+    return false;
   }
 
   void parse_upstreams(const toml::table& table, Config& config) {
@@ -178,17 +279,18 @@ class Parser {
         fail_at(path_, node->source(), context,
                 "must be a table ([upstream." + std::string(key->str()) + "]), got " + describe(*node));
       }
-      UpstreamConfig u = parse_upstream(*body, context);
+      UpstreamConfig u = parse_upstream(*body, context, config.global);
       u.name = std::string(key->str());
       config.upstreams.emplace(u.name, std::move(u));
     }
   }
 
-  UpstreamConfig parse_upstream(const toml::table& table, const std::string& context) {
+  UpstreamConfig parse_upstream(const toml::table& table, const std::string& context, const GlobalConfig& global) {
     TableReader r(table, context, path_);
-    r.reject_unknown_keys({"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "servers"},
-                          {{"health", "active health checks are not implemented yet"}});
+    r.reject_unknown_keys({"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
+                           "proxy_protocol", "drain_timeout", "servers", "health"});
     UpstreamConfig u;
+    u.drain_timeout = global.drain_timeout;
     if (auto v = r.choice<Balance>("balance", {{"least_conn", Balance::least_conn},
                                                {"round_robin", Balance::round_robin},
                                                {"hash", Balance::hash},
@@ -216,6 +318,15 @@ class Parser {
       }
       u.hash_balance_factor = f;
     }
+    if (auto v = r.choice<AllDown>("all_down",
+                                   {{"fail_closed", AllDown::fail_closed}, {"fail_open", AllDown::fail_open}})) {
+      u.all_down = *v;
+    }
+    if (auto v = r.choice<ProxyProtocol>(
+            "proxy_protocol", {{"none", ProxyProtocol::none}, {"v1", ProxyProtocol::v1}, {"v2", ProxyProtocol::v2}})) {
+      u.proxy_protocol = *v;
+    }
+    if (auto v = r.duration("drain_timeout", true)) u.drain_timeout = *v;
 
     const toml::node& servers_node = r.require("servers");
     const toml::array* servers = r.array("servers", "an array of tables like [{ address = \"10.0.0.1:5432\" }]");
@@ -247,6 +358,12 @@ class Parser {
       }
       u.servers.push_back(std::move(server));
     }
+
+    if (const toml::node* health = r.get("health")) {
+      const auto* health_table = health->as_table();
+      if (health_table == nullptr) r.fail_type("health", *health, "a table ([upstream.NAME.health])");
+      u.health = config_detail::parse_health(*health_table, context + " health", path_);
+    }
     return u;
   }
 
@@ -260,7 +377,9 @@ class Parser {
     r.reject_unknown_keys({"name", "listen", "upstream", "connect_timeout", "idle_timeout", "tries",
                            "next_upstream_timeout", "fin_timeout", "max_lifetime", "backlog", "preread",
                            "preread_timeout", "preread_max_bytes", "routes", "default_upstream", "on_not_tls",
-                           "on_malformed"});
+                           "on_malformed", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_interval",
+                           "tcp_keepalive_count", "accept_proxy", "trusted_proxies", "allow", "deny",
+                           "max_connections", "client_max_connections", "client_rate_limit", "splice"});
 
     r.require("name");
     l.name = *r.string("name");
@@ -281,17 +400,24 @@ class Parser {
       }
     }
 
-    if (auto v = r.choice<Preread>("preread", {{"none", Preread::none}, {"tls", Preread::tls}})) l.preread = *v;
-    const bool tls = l.preread == Preread::tls;
+    if (auto v = r.choice<Preread>("preread",
+                                   {{"none", Preread::none}, {"tls", Preread::tls}, {"postgres", Preread::postgres}})) {
+      l.preread = *v;
+    }
+    // TLS and PostgreSQL preread both end in a ClientHello: the same routing keys apply.
+    const bool tls = l.preread != Preread::none;
+    const std::string mode = l.preread == Preread::postgres ? "preread = \"postgres\"" : "preread = \"tls\"";
 
     if (tls) {
       if (r.has("upstream")) {
-        r.fail_key("upstream", "upstream is not allowed with preread = \"tls\"; use default_upstream and routes");
+        r.fail_key("upstream", "upstream is not allowed with " + mode + "; use default_upstream and routes");
       }
     } else {
       for (std::string_view key : {"routes", "default_upstream", "on_not_tls", "on_malformed", "preread_timeout",
                                    "preread_max_bytes"}) {
-        if (r.has(key)) r.fail_key(key, std::string(key) + " is allowed only with preread = \"tls\"");
+        if (r.has(key)) {
+          r.fail_key(key, std::string(key) + " is allowed only with preread = \"tls\" or \"postgres\"");
+        }
       }
       r.require("upstream");
       l.upstream = *r.string("upstream");
@@ -325,10 +451,69 @@ class Parser {
         check_upstream(r, "default_upstream", *r.get("default_upstream"), l.default_upstream, config);
       }
       if (l.routes.empty() && l.default_upstream.empty()) {
-        r.fail_table("preread = \"tls\" needs routes or default_upstream (or both)");
+        r.fail_table(mode + " needs routes or default_upstream (or both)");
       }
     }
+    parse_keepalive(r, l);
+    parse_access(r, l);
+    if (auto v = r.choice<Splice>("splice", {{"off", Splice::off}, {"pipe", Splice::pipe}, {"auto", Splice::automatic}})) {
+      l.splice = *v;
+    }
     return l;
+  }
+
+  // Linux takes keepalive times in whole seconds, at most 32767 (TCP_KEEPIDLE, TCP_KEEPINTVL).
+  static Duration keepalive_seconds(const TableReader& r, std::string_view key, Duration fallback) {
+    const auto v = r.duration(key, true);
+    if (!v) return fallback;
+    if (*v < std::chrono::seconds(1) || *v > std::chrono::seconds(32767) || v->count() % 1000 != 0) {
+      r.fail(*r.get(key), std::string(key) + " must be whole seconds from \"1s\" to \"32767s\", got " +
+                              quote(*r.string(key)));
+    }
+    return *v;
+  }
+
+  static void parse_keepalive(const TableReader& r, ListenerConfig& l) {
+    if (auto v = r.boolean("tcp_keepalive")) l.tcp_keepalive = *v;
+    if (!l.tcp_keepalive) {
+      for (std::string_view key : {"tcp_keepalive_idle", "tcp_keepalive_interval", "tcp_keepalive_count"}) {
+        if (r.has(key)) r.fail_key(key, std::string(key) + " is allowed only with tcp_keepalive = true");
+      }
+      return;
+    }
+    l.tcp_keepalive_idle = keepalive_seconds(r, "tcp_keepalive_idle", l.tcp_keepalive_idle);
+    l.tcp_keepalive_interval = keepalive_seconds(r, "tcp_keepalive_interval", l.tcp_keepalive_interval);
+    if (auto v = r.integer("tcp_keepalive_count", 1, 127)) l.tcp_keepalive_count = static_cast<std::uint32_t>(*v);
+  }
+
+  // PROXY protocol from trusted peers, address lists and per-client limits.
+  static void parse_access(const TableReader& r, ListenerConfig& l) {
+    if (auto v = r.boolean("accept_proxy")) l.accept_proxy = *v;
+    if (l.accept_proxy && !r.has("trusted_proxies")) {
+      r.fail(*r.get("accept_proxy"),
+             "accept_proxy = true needs trusted_proxies (the networks of the proxies allowed to send a PROXY header)");
+    }
+    if (!l.accept_proxy && r.has("trusted_proxies")) {
+      r.fail_key("trusted_proxies", "trusted_proxies is allowed only with accept_proxy = true");
+    }
+    if (auto v = r.cidrs("trusted_proxies")) {
+      if (v->empty()) r.fail(*r.get("trusted_proxies"), "trusted_proxies must not be empty");
+      l.trusted_proxies = std::move(*v);
+    }
+    if (auto v = r.cidrs("allow")) {
+      if (v->empty()) {
+        r.fail(*r.get("allow"), "allow = [] would refuse every client; leave allow out to admit everyone not denied");
+      }
+      l.allow = std::move(*v);
+    }
+    if (auto v = r.cidrs("deny")) l.deny = std::move(*v);
+    if (auto v = r.integer("max_connections", 0, kInt64Max)) l.max_connections = static_cast<std::uint64_t>(*v);
+    if (auto v = r.integer("client_max_connections", 0, 1000000)) {
+      l.client_max_connections = static_cast<std::uint32_t>(*v);
+    }
+    if (auto v = r.parsed<RateLimit>("client_rate_limit", "a rate string like \"100/s\"", parse_rate_limit)) {
+      l.client_rate_limit = *v;
+    }
   }
 
   void parse_routes(const toml::array& routes, const std::string& context, ListenerConfig& l, const Config& config) {
@@ -362,6 +547,80 @@ class Parser {
     }
   }
 
+  // The node a key was read from; the checks below run after parsing, when
+  // only the Config is left, and still report the position in the file.
+  const toml::node& node_at(toml::node_view<const toml::node> view) const { return *view.node(); }
+
+  void check_admin_address(const Config& config) {
+    for (const auto& l : config.listeners) {
+      if (l.listen.port != 0 && same_endpoint(config.admin.listen, l.listen)) {
+        fail_at(path_, node_at(root_["admin"]["listen"]).source(), "[admin]",
+                already_used("listen", config.admin.listen, "listener " + quote(l.name), l.listen));
+      }
+    }
+  }
+
+  // Upstream names a listener can send to, each once, in the order written.
+  static std::vector<std::string> used_upstreams(const ListenerConfig& l) {
+    std::vector<std::string> names;
+    auto add = [&names](const std::string& name) {
+      if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    };
+    add(l.upstream);
+    for (const auto& route : l.routes) add(route.upstream);
+    add(l.default_upstream);
+    return names;
+  }
+
+  // Would connecting to `server` reach the socket bound to `listen`? The
+  // same address and port, or a wildcard listen ("0.0.0.0", "[::]"; IPv6
+  // listeners are IPv6-only) and a local address of that family on the same
+  // port. A server at the wildcard address reaches the local host too.
+  bool loops_back(const Endpoint& listen, const Endpoint& server) {
+    if (listen.port != server.port || listen.addr.ss_family != server.addr.ss_family) return false;
+    if (same_endpoint(listen, server)) return true;
+    if (is_unspecified(listen.addr)) return is_local(server);
+    if (is_unspecified(server.addr)) return is_local(listen);
+    return false;
+  }
+
+  bool is_local(const Endpoint& ep) {
+    if (is_loopback(ep.addr) || is_unspecified(ep.addr)) return true;
+    if (!local_) local_ = local_addresses();
+    for (Endpoint local : *local_) {
+      local.port = ep.port;  // same_endpoint() compares this field, not the sockaddr's port
+      if (same_endpoint(local, ep)) return true;
+    }
+    return false;
+  }
+
+  void check_no_loop(const ListenerConfig& l, const Config& config) {
+    if (l.listen.port == 0) return;
+    for (const auto& name : used_upstreams(l)) {
+      const auto& servers = config.upstreams.at(name).servers;
+      for (std::size_t i = 0; i < servers.size(); ++i) {
+        if (!loops_back(l.listen, servers[i].address)) continue;
+        const toml::node& at = node_at(root_["upstream"][name]["servers"][i]["address"]);
+        fail_at(path_, at.source(), "upstream " + quote(name) + " server " + std::to_string(i + 1),
+                "address " + quote(servers[i].address.text) + " is where listener " + quote(l.name) + " listens (" +
+                    quote(l.listen.text) + ") and that listener sends to this upstream: connections would loop "
+                    "back into sluice");
+      }
+    }
+  }
+
+  // Without a preread there is no SNI: every hash key would be empty and all
+  // traffic would land on one server.
+  void check_hash_key(const ListenerConfig& l, const Config& config) {
+    if (l.preread != Preread::none) return;
+    const auto& u = config.upstreams.at(l.upstream);
+    if (u.balance != Balance::hash || u.hash_key != HashKey::sni) return;
+    fail_at(path_, node_at(root_["upstream"][u.name]["hash_key"]).source(), "upstream " + quote(u.name),
+            "hash_key = \"sni\" needs an SNI, but listener " + quote(l.name) +
+                " uses this upstream without preread = \"tls\" or \"postgres\": every key would be empty and all "
+                "connections would go to one server; use \"sni_or_client_ip\" or \"client_ip\"");
+  }
+
   void check_upstream(const TableReader& r, std::string_view key, const toml::node& node, const std::string& name,
                       const Config& config) {
     if (config.upstreams.count(name) != 0) return;
@@ -376,6 +635,7 @@ class Parser {
 
   const toml::table& root_;
   const std::string& path_;
+  std::optional<std::vector<Endpoint>> local_;  // this host's addresses, read once when first needed
 };
 
 }  // namespace

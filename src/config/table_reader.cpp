@@ -1,8 +1,14 @@
 #include "config/table_reader.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <limits>
+#include <memory>
+#include <system_error>
 
 #include "config/quote.hpp"
 #include "config/values.hpp"
@@ -68,21 +74,15 @@ std::string describe(const toml::node& node) {
   return "nothing";
 }
 
-void TableReader::reject_unknown_keys(std::initializer_list<std::string_view> allowed,
-                                      std::initializer_list<PlannedKey> planned) const {
-  const toml::key* first = nullptr;
-  for (const auto& [key, value] : table_) {
-    if (std::find(allowed.begin(), allowed.end(), key.str()) != allowed.end()) continue;
-    if (first == nullptr || before(key.source().begin, first->source().begin)) first = &key;
-  }
-  if (first == nullptr) return;
-  std::string message = "unknown key " + quote(first->str());
-  for (const auto& p : planned) {
-    if (p.key == first->str()) {
-      message += " (";
-      message += p.note;
-      message += ')';
-    }
+namespace {
+
+std::string unknown_key_message(const toml::key& key, std::string_view note,
+                                const std::vector<std::string_view>& allowed) {
+  std::string message = "unknown key " + quote(key.str());
+  if (!note.empty()) {
+    message += " (";
+    message += note;
+    message += ')';
   }
   message += "; allowed: ";
   bool comma = false;
@@ -91,7 +91,35 @@ void TableReader::reject_unknown_keys(std::initializer_list<std::string_view> al
     message += name;
     comma = true;
   }
-  fail_at(path_, first->source(), context_, message);
+  return message;
+}
+
+}  // namespace
+
+const toml::key* TableReader::first_key_not_in(const std::vector<std::string_view>& allowed) const {
+  const toml::key* first = nullptr;
+  for (const auto& [key, value] : table_) {
+    if (std::find(allowed.begin(), allowed.end(), key.str()) != allowed.end()) continue;
+    if (first == nullptr || before(key.source().begin, first->source().begin)) first = &key;
+  }
+  return first;
+}
+
+void TableReader::reject_unknown_keys(std::initializer_list<std::string_view> allowed,
+                                      std::initializer_list<PlannedKey> planned) const {
+  const std::vector<std::string_view> names(allowed);
+  const toml::key* first = first_key_not_in(names);
+  if (first == nullptr) return;
+  std::string_view note;
+  for (const auto& p : planned) {
+    if (p.key == first->str()) note = p.note;
+  }
+  fail_at(path_, first->source(), context_, unknown_key_message(*first, note, names));
+}
+
+void TableReader::reject_unknown_keys(const std::vector<std::string_view>& allowed) const {
+  const toml::key* first = first_key_not_in(allowed);
+  if (first != nullptr) fail_at(path_, first->source(), context_, unknown_key_message(*first, {}, allowed));
 }
 
 const toml::node* TableReader::get(std::string_view key) const { return table_.get(key); }
@@ -188,6 +216,44 @@ const toml::array* TableReader::array(std::string_view key, std::string_view exp
   const auto* value = node->as_array();
   if (value == nullptr) fail_type(key, *node, expected);
   return value;
+}
+
+std::optional<std::vector<Cidr>> TableReader::cidrs(std::string_view key) const {
+  const toml::array* list = array(key, "an array of networks like [\"10.0.0.0/8\", \"::1\"]");
+  if (list == nullptr) return std::nullopt;
+  std::vector<Cidr> out;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const toml::node& node = (*list)[i];
+    const std::string entry = std::string(key) + " entry " + std::to_string(i + 1);
+    const auto* text = node.as_string();
+    if (text == nullptr) fail_type(entry, node, "a network string like \"10.0.0.0/8\"");
+    std::string error;
+    auto cidr = parse_cidr(text->get(), error);
+    if (!cidr) fail(node, entry + " " + error);
+    for (std::size_t j = 0; j < out.size(); ++j) {
+      if (out[j].family == cidr->family && out[j].prefix == cidr->prefix && out[j].addr == cidr->addr) {
+        fail(node, entry + " " + quote(cidr->text) + " is the same network as entry " + std::to_string(j + 1));
+      }
+    }
+    out.push_back(std::move(*cidr));
+  }
+  return out;
+}
+
+std::optional<std::string> TableReader::readable_file(std::string_view key) const {
+  auto path = string(key);
+  if (!path) return std::nullopt;
+  const toml::node& node = *get(key);
+  if (path->empty()) fail(node, std::string(key) + " must be a file path, got \"\"");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path->c_str(), "rb"), &std::fclose);
+  if (!file) {
+    fail(node, std::string(key) + " " + quote(*path) + " cannot be read: " + std::generic_category().message(errno));
+  }
+  struct stat st {};
+  if (::fstat(::fileno(file.get()), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fail(node, std::string(key) + " " + quote(*path) + " is not a regular file");
+  }
+  return path;
 }
 
 std::string TableReader::describe_string(const std::string& text) { return quote(text); }

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -41,6 +42,10 @@ class TableReader {
   // Throws for the earliest key in the file that is not in `allowed`.
   void reject_unknown_keys(std::initializer_list<std::string_view> allowed,
                            std::initializer_list<PlannedKey> planned = {}) const;
+  void reject_unknown_keys(const std::vector<std::string_view>& allowed) const;
+
+  // The key written first in the file that is not in `allowed`, or null.
+  const toml::key* first_key_not_in(const std::vector<std::string_view>& allowed) const;
 
   const toml::node* get(std::string_view key) const;
   bool has(std::string_view key) const { return get(key) != nullptr; }
@@ -62,6 +67,26 @@ class TableReader {
   std::optional<Duration> duration(std::string_view key, bool allow_zero) const;
   std::optional<Endpoint> address(std::string_view key, bool allow_port_zero) const;
   const toml::array* array(std::string_view key, std::string_view expected) const;
+  // An array of CIDR strings; each bad or repeated entry is reported at its own position.
+  std::optional<std::vector<Cidr>> cidrs(std::string_view key) const;
+  // A path to a regular file that can be opened for reading now (relative
+  // paths are relative to the working directory). Returns the path as written.
+  std::optional<std::string> readable_file(std::string_view key) const;
+
+  // A string checked by one of the values.hpp parsers; the parser's error is
+  // reported as "KEY " + error at the value's position.
+  template <typename T>
+  std::optional<T> parsed(std::string_view key, std::string_view expected,
+                          std::optional<T> (*parse)(std::string_view, std::string&)) const {
+    const toml::node* node = get(key);
+    if (node == nullptr) return std::nullopt;
+    const auto* value = node->as_string();
+    if (value == nullptr) fail_type(key, *node, expected);
+    std::string error;
+    auto out = parse(value->get(), error);
+    if (!out) fail(*node, std::string(key) + " " + error);
+    return out;
+  }
 
   // One of a fixed set of strings, mapped to a value.
   template <typename T>

@@ -1,4 +1,5 @@
-// Scalar value parsing for the config file: durations and addresses.
+// Scalar value parsing for the config file: durations, addresses, networks,
+// rates, hex bytes, percentages and HTTP status ranges.
 //
 // Error strings are predicates ("must be ...") so the loader can put the key
 // name in front: `connect_timeout` + " " + error.
@@ -9,7 +10,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
+#include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <system_error>
 
@@ -84,6 +87,36 @@ std::string resolve(const std::string& host, int family, int flags, Endpoint& ou
   out.addr_len = result->ai_addrlen;
   ::freeaddrinfo(result);
   return {};
+}
+
+// Unsigned decimal without sign or spaces; nullopt when empty, not all
+// digits, or above `max`.
+std::optional<std::uint64_t> parse_unsigned(std::string_view digits, std::uint64_t max) {
+  if (digits.empty() || digits.size() > 19) return std::nullopt;
+  std::uint64_t value = 0;
+  for (char c : digits) {
+    if (!is_digit(c)) return std::nullopt;
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (value > max) return std::nullopt;
+  return value;
+}
+
+// True when the first `prefix` bits of a and b are equal.
+bool same_prefix(const std::uint8_t* a, const std::uint8_t* b, unsigned prefix) {
+  const unsigned whole = prefix / 8;
+  if (std::memcmp(a, b, whole) != 0) return false;
+  const unsigned rest = prefix % 8;
+  if (rest == 0) return true;
+  const auto mask = static_cast<std::uint8_t>(0xffU << (8 - rest));
+  return (a[whole] & mask) == (b[whole] & mask);
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
 }
 
 }  // namespace
@@ -207,6 +240,153 @@ std::optional<Endpoint> parse_address(std::string_view text, bool allow_port_zer
   }
   set_port(ep.addr, ep.port);
   return ep;
+}
+
+std::optional<Cidr> parse_cidr(std::string_view text, std::string& error) {
+  const std::string like = "must be a network like \"10.0.0.0/8\" or \"2001:db8::/32\", or one address, got ";
+  Cidr cidr;
+  cidr.text = std::string(text);
+  const auto slash = text.find('/');
+  const std::string host(text.substr(0, slash));
+  const bool v6 = host.find(':') != std::string::npos;
+  cidr.family = v6 ? AF_INET6 : AF_INET;
+  if (::inet_pton(cidr.family, host.c_str(), cidr.addr.data()) != 1) {
+    error = like + quote(text);
+    return std::nullopt;
+  }
+  const unsigned bits = v6 ? 128 : 32;
+  cidr.prefix = bits;
+  if (slash != std::string_view::npos) {
+    const auto prefix = parse_unsigned(text.substr(slash + 1), bits);
+    if (!prefix || text.size() - slash - 1 > 3) {
+      error = "must have a prefix length 0.." + std::to_string(bits) + " after \"/\", got " + quote(text);
+      return std::nullopt;
+    }
+    cidr.prefix = static_cast<unsigned>(*prefix);
+  }
+  Cidr network = cidr;
+  network.addr = {};
+  for (unsigned i = 0; i < cidr.prefix; ++i) {
+    const auto bit = static_cast<std::uint8_t>(0x80U >> (i % 8));
+    network.addr[i / 8] = static_cast<std::uint8_t>(network.addr[i / 8] | (cidr.addr[i / 8] & bit));
+  }
+  if (network.addr != cidr.addr) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    ::inet_ntop(cidr.family, network.addr.data(), buf, sizeof buf);
+    error = "must not have host bits set (bits after the prefix length): " + quote(text) + " has them; the network is " +
+            quote(std::string(buf) + "/" + std::to_string(cidr.prefix));
+    return std::nullopt;
+  }
+  return cidr;
+}
+
+bool cidr_contains(const Cidr& cidr, const sockaddr* addr) {
+  if (addr == nullptr) return false;
+  // The address as 16 bytes in IPv6 form (IPv4 as ::ffff:a.b.c.d).
+  std::array<std::uint8_t, 16> bytes{};
+  if (addr->sa_family == AF_INET) {
+    sockaddr_in sin{};
+    std::memcpy(&sin, addr, sizeof sin);
+    bytes[10] = 0xff;
+    bytes[11] = 0xff;
+    std::memcpy(bytes.data() + 12, &sin.sin_addr, 4);
+  } else if (addr->sa_family == AF_INET6) {
+    sockaddr_in6 sin6{};
+    std::memcpy(&sin6, addr, sizeof sin6);
+    std::memcpy(bytes.data(), &sin6.sin6_addr, 16);
+  } else {
+    return false;
+  }
+  if (cidr.family == AF_INET6) return same_prefix(bytes.data(), cidr.addr.data(), cidr.prefix);
+  if (cidr.family != AF_INET) return false;
+  static constexpr std::uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(bytes.data(), kMapped, sizeof kMapped) != 0) return false;
+  return same_prefix(bytes.data() + 12, cidr.addr.data(), cidr.prefix);
+}
+
+std::optional<RateLimit> parse_rate_limit(std::string_view text, std::string& error) {
+  const auto slash = text.find('/');
+  const std::string_view unit = slash == std::string_view::npos ? std::string_view{} : text.substr(slash + 1);
+  double seconds = 0;
+  if (unit == "s") {
+    seconds = 1;
+  } else if (unit == "m") {
+    seconds = 60;
+  } else if (unit == "h") {
+    seconds = 3600;
+  }
+  constexpr std::uint64_t kMaxCount = 1000000000;
+  const auto count = parse_unsigned(text.substr(0, slash), kMaxCount);
+  if (seconds == 0 || !count) {
+    error = "must be a rate like \"100/s\", \"6000/m\" or \"10000/h\" (a count up to " + std::to_string(kMaxCount) +
+            "), got " + quote(text);
+    return std::nullopt;
+  }
+  if (*count == 0) {
+    error = "must allow at least 1 connection, got " + quote(text) + " (leave the key out for no limit)";
+    return std::nullopt;
+  }
+  return RateLimit{std::string(text), static_cast<double>(*count) / seconds};
+}
+
+std::optional<std::string> parse_hex_bytes(std::string_view text, std::string& error) {
+  std::string out;
+  int high = -1;  // first digit of a byte in progress
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == ' ' && high < 0 && !out.empty() && i + 1 < text.size() && text[i + 1] != ' ') continue;
+    const int v = hex_value(c);
+    if (v < 0) {
+      error = "must be hex bytes like \"2a310d0a\" (single spaces allowed between bytes), got " + quote(text) +
+              ": unexpected " + quote(text.substr(i, 1)) + " at offset " + std::to_string(i);
+      return std::nullopt;
+    }
+    if (high < 0) {
+      high = v;
+    } else {
+      out += static_cast<char>(high * 16 + v);
+      high = -1;
+    }
+  }
+  if (high >= 0) {
+    error = "must have two hex digits per byte, got " + quote(text) + " (an odd number of digits)";
+    return std::nullopt;
+  }
+  if (out.empty()) {
+    error = "must not be empty";
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::optional<double> parse_percent(std::string_view text, std::string& error) {
+  auto fail = [&] {
+    error = "must be a percentage from \"0%\" to \"100%\" like \"10%\", got " + quote(text);
+    return std::nullopt;
+  };
+  if (text.size() < 2 || text.back() != '%' || !is_digit(text.front())) return fail();
+  const std::string_view number = text.substr(0, text.size() - 1);
+  double value = 0;
+  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value,
+                                         std::chars_format::fixed);
+  if (ec != std::errc{} || end != number.data() + number.size() || !is_digit(number.back())) return fail();
+  if (!(value >= 0.0 && value <= 100.0)) return fail();
+  return value / 100.0;
+}
+
+std::optional<StatusRange> parse_status_range(std::string_view text, std::string& error) {
+  const auto dash = text.find('-');
+  const auto low = parse_unsigned(text.substr(0, dash), 599);
+  const auto high = dash == std::string_view::npos ? low : parse_unsigned(text.substr(dash + 1), 599);
+  if (!low || !high || *low < 100 || *high < 100) {
+    error = "must be a status code 100..599 or a range like \"200-399\", got " + quote(text);
+    return std::nullopt;
+  }
+  if (*low > *high) {
+    error = "must be a range LOW-HIGH with LOW <= HIGH, got " + quote(text);
+    return std::nullopt;
+  }
+  return StatusRange{static_cast<int>(*low), static_cast<int>(*high)};
 }
 
 }  // namespace sluice

@@ -21,4 +21,31 @@ std::optional<Duration> parse_duration(std::string_view text, std::string& error
 // Resolves the host (numeric, or via getaddrinfo) into Endpoint::addr.
 std::optional<Endpoint> parse_address(std::string_view text, bool allow_port_zero, std::string& error);
 
+// "10.0.0.0/8", "2001:db8::/32", or a bare address ("192.0.2.7" = /32,
+// "::1" = /128). No brackets, no zone ids. An address with bits set below the
+// prefix ("10.1.2.3/8") is an error: the message names the network meant.
+std::optional<Cidr> parse_cidr(std::string_view text, std::string& error);
+
+// True when `addr` (AF_INET or AF_INET6; the port is ignored) lies in `cidr`.
+// An IPv4-mapped IPv6 address (::ffff:a.b.c.d, what a dual-stack socket
+// reports for IPv4 clients) is matched as the IPv4 address it carries, so an
+// IPv4 CIDR matches it; an IPv6 CIDR sees every IPv4 address in its mapped
+// form, so "::ffff:0:0/96" and "::/0" match IPv4 clients too. Other families
+// and null never match. Pure and allocation-free: safe on the data path.
+bool cidr_contains(const Cidr& cidr, const sockaddr* addr);
+
+// "100/s", "6000/m", "10000/h": a positive integer count per second, minute or
+// hour, stored as RateLimit::per_second.
+std::optional<RateLimit> parse_rate_limit(std::string_view text, std::string& error);
+
+// Hex digits, two per byte, either case, optionally with single spaces between
+// bytes ("2a310d0a", "2A 31 0D 0A"). Returns the decoded bytes; never empty.
+std::optional<std::string> parse_hex_bytes(std::string_view text, std::string& error);
+
+// "10%", "0%", "12.5%": 0..100 percent, returned as a fraction 0..1.
+std::optional<double> parse_percent(std::string_view text, std::string& error);
+
+// One HTTP status range: "200-399", or a single code "204". Codes 100..599.
+std::optional<StatusRange> parse_status_range(std::string_view text, std::string& error);
+
 }  // namespace sluice

@@ -9,53 +9,28 @@
 
 #include <doctest/doctest.h>
 
+#include "config_cases.hpp"
 #include "sluice/config.hpp"
 
 using namespace std::chrono_literals;
 using sluice::Config;
 using sluice::ConfigError;
+using namespace config_test;
 
 namespace {
 
-std::string error_of(const std::string& text) {
-  try {
-    sluice::parse_config(text, "x.toml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-// Valid remainders appended after a snippet, so that only the snippet is wrong
-// and its line numbers are the ones in the file.
-const std::string kUpstreamU = "\n[upstream.u]\nservers = [{ address = \"127.0.0.1:9001\" }]\n";
-const std::string kListenerL = "\n[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstream = \"u\"\n";
-const std::string kTail = kListenerL + kUpstreamU;
-
-// First lines of a valid listener "l" (lines 1-4) and of a TLS listener "t" (lines 1-4).
-const std::string kL = "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstream = \"u\"\n";
-const std::string kT = "[[listener]]\nname = \"t\"\nlisten = \"127.0.0.1:0\"\npreread = \"tls\"\n";
-
 const std::string kGlobalKeys =
-    "allowed: workers, max_connections, shutdown_timeout, log_level, access_log, access_log_format";
+    "allowed: workers, max_connections, shutdown_timeout, log_level, error_log, access_log, access_log_format, "
+    "log_interval, drain_timeout";
 const std::string kListenerKeys =
     "allowed: name, listen, upstream, connect_timeout, idle_timeout, tries, next_upstream_timeout, fin_timeout, "
     "max_lifetime, backlog, preread, preread_timeout, preread_max_bytes, routes, default_upstream, on_not_tls, "
-    "on_malformed";
-const std::string kUpstreamKeys = "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, servers";
+    "on_malformed, tcp_keepalive, tcp_keepalive_idle, tcp_keepalive_interval, tcp_keepalive_count, accept_proxy, "
+    "trusted_proxies, allow, deny, max_connections, client_max_connections, client_rate_limit, splice";
+const std::string kUpstreamKeys =
+    "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, all_down, proxy_protocol, "
+    "drain_timeout, servers, health";
 const std::string kLike = "must be a duration like \"250ms\", \"3s\", \"5m\", \"1h\", got ";
-
-struct Case {
-  std::string toml;
-  std::string error;
-};
-
-void check_cases(const std::vector<Case>& cases) {
-  for (const auto& c : cases) {
-    CAPTURE(c.toml);
-    CHECK(error_of(c.toml) == c.error);
-  }
-}
 
 }  // namespace
 
@@ -66,10 +41,10 @@ TEST_CASE("syntax errors and the top level") {
       {"[global]\nworkers = 1\nworkers = 2\n" + kTail,
        "x.toml:3:11: syntax error: Error while parsing key-value pair: cannot redefine existing integer 'workers'"},
       {"[global\n" + kTail, "x.toml:1:8: syntax error: Error while parsing table header: expected ']', saw '\\n'"},
-      {"foo = 1\n" + kTail, "x.toml:1:1: top level: unknown key \"foo\"; allowed: global, listener, upstream"},
-      {"[admin]\nlisten = \"127.0.0.1:9090\"\n" + kTail,
-       "x.toml:1:2: top level: unknown key \"admin\" (the admin API is not implemented yet); "
-       "allowed: global, listener, upstream"},
+      {"foo = 1\n" + kTail, "x.toml:1:1: top level: unknown key \"foo\"; allowed: global, admin, listener, upstream"},
+      {"[admin]\nlisten = \"0.0.0.0:9090\"\n" + kTail,
+       "x.toml:2:10: [admin]: listen \"0.0.0.0:9090\" is not a loopback address: set token_file so that every "
+       "request needs a token"},
       {"global = 5\n" + kTail, "x.toml:1:10: top level: global must be a table ([global]), got integer 5"},
       {"upstream = \"u\"\n" + kListenerL,
        "x.toml:1:12: top level: upstream must be a table of upstreams ([upstream.NAME]), got string \"u\""},
@@ -187,24 +162,24 @@ TEST_CASE("[[listener]]: timeouts and limits") {
       {kL + "backlog = 0\n" + kUpstreamU, "x.toml:5:11: listener \"l\": backlog must be 1..65535, got 0"},
       {kL + "backlog = 65536\n" + kUpstreamU, "x.toml:5:11: listener \"l\": backlog must be 1..65535, got 65536"},
       {kL + "preread = \"ssl\"\n" + kUpstreamU,
-       "x.toml:5:11: listener \"l\": preread must be one of none|tls, got \"ssl\""},
+       "x.toml:5:11: listener \"l\": preread must be one of none|tls|postgres, got \"ssl\""},
       {kL + "preread = true\n" + kUpstreamU, "x.toml:5:11: listener \"l\": preread must be a string, got boolean true"},
   });
 }
 
 TEST_CASE("[[listener]]: preread keys") {
   check_cases({
-      {kL + "routes = []\n" + kUpstreamU, "x.toml:5:1: listener \"l\": routes is allowed only with preread = \"tls\""},
+      {kL + "routes = []\n" + kUpstreamU, "x.toml:5:1: listener \"l\": routes is allowed only with preread = \"tls\" or \"postgres\""},
       {kL + "default_upstream = \"u\"\n" + kUpstreamU,
-       "x.toml:5:1: listener \"l\": default_upstream is allowed only with preread = \"tls\""},
+       "x.toml:5:1: listener \"l\": default_upstream is allowed only with preread = \"tls\" or \"postgres\""},
       {kL + "on_not_tls = \"close\"\n" + kUpstreamU,
-       "x.toml:5:1: listener \"l\": on_not_tls is allowed only with preread = \"tls\""},
+       "x.toml:5:1: listener \"l\": on_not_tls is allowed only with preread = \"tls\" or \"postgres\""},
       {kL + "on_malformed = \"close\"\n" + kUpstreamU,
-       "x.toml:5:1: listener \"l\": on_malformed is allowed only with preread = \"tls\""},
+       "x.toml:5:1: listener \"l\": on_malformed is allowed only with preread = \"tls\" or \"postgres\""},
       {kL + "preread = \"none\"\npreread_timeout = \"1s\"\n" + kUpstreamU,
-       "x.toml:6:1: listener \"l\": preread_timeout is allowed only with preread = \"tls\""},
+       "x.toml:6:1: listener \"l\": preread_timeout is allowed only with preread = \"tls\" or \"postgres\""},
       {kL + "preread_max_bytes = 1024\n" + kUpstreamU,
-       "x.toml:5:1: listener \"l\": preread_max_bytes is allowed only with preread = \"tls\""},
+       "x.toml:5:1: listener \"l\": preread_max_bytes is allowed only with preread = \"tls\" or \"postgres\""},
       {kT + "upstream = \"u\"\n" + kUpstreamU,
        "x.toml:5:1: listener \"t\": upstream is not allowed with preread = \"tls\"; use default_upstream and routes"},
       {kT + kUpstreamU, "x.toml:1:1: listener \"t\": preread = \"tls\" needs routes or default_upstream (or both)"},
@@ -270,9 +245,8 @@ TEST_CASE("[upstream.NAME]") {
   check_cases({
       {"[upstream.u]\n" + servers + "balanse = \"hash\"\n" + kListenerL,
        "x.toml:3:1: upstream \"u\": unknown key \"balanse\"; " + kUpstreamKeys},
-      {"[upstream.u]\n" + servers + "[upstream.u.health]\ntype = \"tcp\"\n" + kListenerL,
-       "x.toml:3:13: upstream \"u\": unknown key \"health\" (active health checks are not implemented yet); " +
-           kUpstreamKeys},
+      {"[upstream.u]\n" + servers + "[upstream.u.health]\ntype = \"icmp\"\n" + kListenerL,
+       "x.toml:4:8: upstream \"u\" health: type must be one of tcp|http|send_expect|postgres|redis, got \"icmp\""},
       {"[upstream.\"a b\"]\n" + servers + kUpstreamU + kListenerL,
        "x.toml:1:11: upstream \"a b\": name must match [A-Za-z0-9_.-]+"},
       {"[upstream]\nu = 5\n" + kListenerL, "x.toml:2:5: upstream \"u\": must be a table ([upstream.u]), got integer 5"},
@@ -621,7 +595,7 @@ hash_balance_factor = 100
 max_fails = 1000
 servers = [
   { address = "127.0.0.1:1", weight = 1000, max_conns = 1000000 },
-  { address = "127.0.0.1:65535", weight = 1, backup = false },
+  { address = "127.0.0.2:65535", weight = 1, backup = false },
 ]
 )",
                                         "x.toml");

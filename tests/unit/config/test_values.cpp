@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include "config/quote.hpp"
 #include "config/values.hpp"
 
 using namespace std::chrono_literals;
@@ -190,4 +191,110 @@ TEST_CASE("format_sockaddr: unknown family and null") {
   sockaddr_storage ss{};
   ss.ss_family = AF_UNSPEC;
   CHECK(sluice::format_sockaddr(reinterpret_cast<const sockaddr*>(&ss)) == "unknown");
+}
+
+TEST_CASE("parse_rate_limit: count per second, minute or hour") {
+  std::string error;
+  struct Case {
+    const char* text;
+    double per_second;
+  };
+  const Case good[] = {{"100/s", 100.0}, {"6000/m", 100.0}, {"10000/h", 10000.0 / 3600}, {"1/h", 1.0 / 3600},
+                       {"1000000000/s", 1e9}};
+  for (const auto& c : good) {
+    CAPTURE(c.text);
+    const auto rate = sluice::parse_rate_limit(c.text, error);
+    REQUIRE(rate.has_value());
+    CHECK(rate->text == c.text);
+    CHECK(rate->per_second == doctest::Approx(c.per_second));
+  }
+  const std::string like = "must be a rate like \"100/s\", \"6000/m\" or \"10000/h\" (a count up to 1000000000), got ";
+  struct Bad {
+    const char* text;
+    std::string expected;
+  };
+  const Bad bad[] = {
+      {"", like + "\"\""},
+      {"100", like + "\"100\""},
+      {"100/", like + "\"100/\""},
+      {"100/d", like + "\"100/d\""},
+      {"100/sec", like + "\"100/sec\""},
+      {"/s", like + "\"/s\""},
+      {"-1/s", like + "\"-1/s\""},
+      {"1.5/s", like + "\"1.5/s\""},
+      {"100 /s", like + "\"100 /s\""},
+      {"1000000001/s", like + "\"1000000001/s\""},
+      {"0/s", "must allow at least 1 connection, got \"0/s\" (leave the key out for no limit)"},
+  };
+  for (const auto& c : bad) {
+    CAPTURE(c.text);
+    error.clear();
+    CHECK_FALSE(sluice::parse_rate_limit(c.text, error).has_value());
+    CHECK(error == c.expected);
+  }
+}
+
+TEST_CASE("parse_hex_bytes") {
+  std::string error;
+  CHECK(sluice::parse_hex_bytes("2a310d0a", error) == std::string("*1\r\n"));
+  CHECK(sluice::parse_hex_bytes("2A 31 0D 0a", error) == std::string("*1\r\n"));
+  CHECK(sluice::parse_hex_bytes("00ff", error) == std::string("\0\xff", 2));
+  struct Bad {
+    const char* text;
+    std::string expected;
+  };
+  const std::string like = "must be hex bytes like \"2a310d0a\" (single spaces allowed between bytes), got ";
+  const Bad bad[] = {
+      {"", "must not be empty"},
+      {"2a3", "must have two hex digits per byte, got \"2a3\" (an odd number of digits)"},
+      {"0x2a", like + "\"0x2a\": unexpected \"x\" at offset 1"},
+      {"2g", like + "\"2g\": unexpected \"g\" at offset 1"},
+      {"2 a", like + "\"2 a\": unexpected \" \" at offset 1"},
+      {"2a  31", like + "\"2a  31\": unexpected \" \" at offset 2"},
+      {" 2a", like + "\" 2a\": unexpected \" \" at offset 0"},
+      {"2a ", like + "\"2a \": unexpected \" \" at offset 2"},
+  };
+  for (const auto& c : bad) {
+    CAPTURE(c.text);
+    error.clear();
+    CHECK_FALSE(sluice::parse_hex_bytes(c.text, error).has_value());
+    CHECK(error == c.expected);
+  }
+}
+
+TEST_CASE("parse_percent") {
+  std::string error;
+  CHECK(sluice::parse_percent("10%", error) == doctest::Approx(0.1));
+  CHECK(sluice::parse_percent("0%", error) == 0.0);
+  CHECK(sluice::parse_percent("100%", error) == 1.0);
+  CHECK(sluice::parse_percent("12.5%", error) == doctest::Approx(0.125));
+  for (const char* bad : {"", "%", "10", "10 %", "-1%", "100.1%", "101%", ".5%", "5.%", "1e1%", "ten%", "10%%"}) {
+    CAPTURE(bad);
+    error.clear();
+    CHECK_FALSE(sluice::parse_percent(bad, error).has_value());
+    CHECK(error == "must be a percentage from \"0%\" to \"100%\" like \"10%\", got " + sluice::quote(bad));
+  }
+}
+
+TEST_CASE("parse_status_range") {
+  std::string error;
+  auto r = sluice::parse_status_range("200-399", error);
+  REQUIRE(r.has_value());
+  CHECK(r->low == 200);
+  CHECK(r->high == 399);
+  r = sluice::parse_status_range("204", error);
+  REQUIRE(r.has_value());
+  CHECK(r->low == 204);
+  CHECK(r->high == 204);
+  r = sluice::parse_status_range("100-599", error);
+  REQUIRE(r.has_value());
+  for (const char* bad : {"", "99", "600", "200-600", "2xx", "200-", "-200", "200 - 299", "200-299-300", "+200"}) {
+    CAPTURE(bad);
+    error.clear();
+    CHECK_FALSE(sluice::parse_status_range(bad, error).has_value());
+    CHECK(error == "must be a status code 100..599 or a range like \"200-399\", got " + sluice::quote(bad));
+  }
+  error.clear();
+  CHECK_FALSE(sluice::parse_status_range("399-200", error).has_value());
+  CHECK(error == "must be a range LOW-HIGH with LOW <= HIGH, got \"399-200\"");
 }

@@ -1,0 +1,239 @@
+// [upstream.NAME.health] -> HealthConfig. The common keys apply to every
+// check type; each type adds its own, and a key of another type is an error
+// (so `path = "/primary"` on a tcp check is never silently ignored).
+#include "config/health_parser.hpp"
+
+#include <algorithm>
+#include <array>
+#include <string_view>
+#include <vector>
+
+#include "config/quote.hpp"
+#include "config/table_reader.hpp"
+#include "config/values.hpp"
+
+namespace sluice::config_detail {
+
+namespace {
+
+struct TypeKeys {
+  std::string_view name;
+  HealthType type;
+  std::vector<std::string_view> keys;
+};
+
+const std::vector<std::string_view> kCommonKeys = {"type",    "interval", "timeout", "rise",    "fall",
+                                                   "jitter",  "port",     "initial", "on_down", "slow_start"};
+
+const std::array<TypeKeys, 5> kTypes = {{
+    {"tcp", HealthType::tcp, {}},
+    {"http", HealthType::http, {"path", "method", "host", "expect_status", "expect_body"}},
+    {"send_expect", HealthType::send_expect, {"send", "send_hex", "expect", "expect_hex", "expect_match"}},
+    {"postgres", HealthType::postgres, {"role", "user", "database", "password_file", "sslmode"}},
+    {"redis", HealthType::redis, {"role", "password_file"}},
+}};
+
+bool before(const toml::source_position& a, const toml::source_position& b) {
+  return a.line < b.line || (a.line == b.line && a.column < b.column);
+}
+
+// Unknown keys, and keys of another type, reported at the first one written.
+void check_keys(const TableReader& r, const TypeKeys& chosen, bool type_written) {
+  std::vector<std::string_view> allowed = kCommonKeys;
+  allowed.insert(allowed.end(), chosen.keys.begin(), chosen.keys.end());
+  const toml::key* key = r.first_key_not_in(allowed);
+  if (key == nullptr) return;
+  std::string owners;
+  for (const auto& t : kTypes) {
+    if (std::find(t.keys.begin(), t.keys.end(), key->str()) == t.keys.end()) continue;
+    if (!owners.empty()) owners += " or ";
+    owners += quote(t.name);
+  }
+  if (owners.empty()) r.reject_unknown_keys(allowed);
+  r.fail_key(key->str(), "key " + quote(key->str()) + " is not allowed with type = " + quote(chosen.name) +
+                             (type_written ? "" : " (the default)") + "; it belongs to type = " + owners);
+}
+
+// Exactly one of two keys (`send` / `send_hex`). Returns the one given.
+std::string_view one_of(const TableReader& r, std::string_view a, std::string_view b) {
+  const auto ia = r.table().find(a);
+  const auto ib = r.table().find(b);
+  const bool has_a = ia != r.table().end();
+  const bool has_b = ib != r.table().end();
+  if (has_a && has_b) {
+    const bool b_later = before(ia->first.source().begin, ib->first.source().begin);
+    r.fail_key(b_later ? b : a, std::string(a) + " and " + std::string(b) + " cannot both be given; use one");
+  }
+  if (!has_a && !has_b) {
+    r.fail_table("type = \"send_expect\" needs " + std::string(a) + " or " + std::string(b));
+  }
+  return has_a ? a : b;
+}
+
+std::string duration_text(const TableReader& r, std::string_view key, std::string_view fallback) {
+  const toml::node* node = r.get(key);
+  return node != nullptr ? quote(node->as_string()->get()) : quote(fallback) + " (the default)";
+}
+
+bool is_token_char(char c) { return c >= 'A' && c <= 'Z'; }
+
+// Printable ASCII without spaces: what may go into a request line or Host header.
+bool is_visible(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+void parse_http(const TableReader& r, HealthConfig& h) {
+  if (auto v = r.string("path")) {
+    if (!is_visible(*v) || v->front() != '/') {
+      r.fail(*r.get("path"), "path must start with \"/\" and contain no spaces or control characters, got " +
+                                 quote(*v));
+    }
+    h.path = *v;
+  }
+  if (auto v = r.string("method")) {
+    if (v->empty() || v->size() > 20 || !std::all_of(v->begin(), v->end(), is_token_char)) {
+      r.fail(*r.get("method"), "method must be an HTTP method in capitals like \"GET\" or \"HEAD\", got " + quote(*v));
+    }
+    h.method = *v;
+  }
+  if (auto v = r.string("host")) {
+    if (!is_visible(*v)) {
+      r.fail(*r.get("host"), "host must be a host name (no spaces or control characters), got " + quote(*v));
+    }
+    h.host = *v;
+  }
+  if (const toml::array* list = r.array("expect_status", "an array like [200, \"300-399\"]")) {
+    if (list->empty()) r.fail(*r.get("expect_status"), "expect_status must not be empty");
+    h.expect_status.clear();
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const toml::node& node = (*list)[i];
+      const std::string entry = "expect_status entry " + std::to_string(i + 1);
+      if (const auto* code = node.as_integer()) {
+        if (code->get() < 100 || code->get() > 599) {
+          r.fail(node, entry + " must be a status code 100..599, got " + std::to_string(code->get()));
+        }
+        h.expect_status.push_back(StatusRange{static_cast<int>(code->get()), static_cast<int>(code->get())});
+        continue;
+      }
+      const auto* text = node.as_string();
+      if (text == nullptr) r.fail_type(entry, node, "a status code like 200 or a range like \"200-399\"");
+      std::string error;
+      const auto range = parse_status_range(text->get(), error);
+      if (!range) r.fail(node, entry + " " + error);
+      h.expect_status.push_back(*range);
+    }
+  }
+  if (auto v = r.string("expect_body")) {
+    if (v->empty()) r.fail(*r.get("expect_body"), "expect_body must not be empty (leave it out to accept any body)");
+    h.expect_body = *v;
+  }
+}
+
+void parse_send_expect(const TableReader& r, HealthConfig& h) {
+  if (one_of(r, "send", "send_hex") == "send") {
+    h.send = *r.string("send");  // may be empty: send nothing, wait for the server's greeting
+  } else {
+    h.send = *r.parsed<std::string>("send_hex", "a hex string like \"2a310d0a\"", parse_hex_bytes);
+  }
+  if (one_of(r, "expect", "expect_hex") == "expect") {
+    h.expect = *r.string("expect");
+    if (h.expect.empty()) r.fail(*r.get("expect"), "expect must not be empty");
+  } else {
+    h.expect = *r.parsed<std::string>("expect_hex", "a hex string like \"2b504f4e47\"", parse_hex_bytes);
+  }
+  if (auto v = r.choice<ExpectMatch>("expect_match",
+                                     {{"prefix", ExpectMatch::prefix}, {"substring", ExpectMatch::substring}})) {
+    h.expect_match = *v;
+  }
+}
+
+void parse_nonempty(const TableReader& r, std::string_view key, std::string& out) {
+  if (auto v = r.string(key)) {
+    if (v->empty()) r.fail(*r.get(key), std::string(key) + " must not be empty");
+    out = *v;
+  }
+}
+
+void parse_postgres(const TableReader& r, HealthConfig& h) {
+  if (auto v = r.choice<PostgresRole>(
+          "role", {{"primary", PostgresRole::primary}, {"standby", PostgresRole::standby}, {"any", PostgresRole::any}})) {
+    h.postgres_role = *v;
+  }
+  parse_nonempty(r, "user", h.user);
+  parse_nonempty(r, "database", h.database);
+  if (auto v = r.choice<std::string_view>("sslmode", {{"disable", "disable"},
+                                                      {"allow", "allow"},
+                                                      {"prefer", "prefer"},
+                                                      {"require", "require"},
+                                                      {"verify-ca", "verify-ca"},
+                                                      {"verify-full", "verify-full"}})) {
+    h.sslmode = std::string(*v);
+  }
+  if (auto v = r.readable_file("password_file")) h.password_file = *v;
+}
+
+void parse_redis(const TableReader& r, HealthConfig& h) {
+  if (auto v = r.choice<RedisRole>(
+          "role", {{"master", RedisRole::master}, {"replica", RedisRole::replica}, {"any", RedisRole::any}})) {
+    h.redis_role = *v;
+  }
+  if (auto v = r.readable_file("password_file")) h.password_file = *v;
+}
+
+}  // namespace
+
+HealthConfig parse_health(const toml::table& table, const std::string& context, const std::string& path) {
+  TableReader r(table, context, path);
+  HealthConfig h;
+  if (auto v = r.choice<HealthType>("type", {{"tcp", HealthType::tcp},
+                                             {"http", HealthType::http},
+                                             {"send_expect", HealthType::send_expect},
+                                             {"postgres", HealthType::postgres},
+                                             {"redis", HealthType::redis}})) {
+    h.type = *v;
+  }
+  const auto chosen = std::find_if(kTypes.begin(), kTypes.end(), [&](const TypeKeys& t) { return t.type == h.type; });
+  check_keys(r, *chosen, r.has("type"));
+
+  if (auto v = r.duration("interval", false)) h.interval = *v;
+  if (auto v = r.duration("timeout", false)) h.timeout = *v;
+  if (h.timeout > h.interval) {
+    // One check per server is in flight at a time; a timeout longer than the
+    // interval would make a hung server set the probing pace, not the interval.
+    const std::string both = "timeout " + duration_text(r, "timeout", "1s") + " must not be longer than interval " +
+                             duration_text(r, "interval", "2s");
+    if (r.has("timeout")) r.fail(*r.get("timeout"), both);
+    r.fail(*r.get("interval"), both);
+  }
+  if (auto v = r.integer("rise", 1, 100)) h.rise = static_cast<std::uint32_t>(*v);
+  if (auto v = r.integer("fall", 1, 100)) h.fall = static_cast<std::uint32_t>(*v);
+  if (auto v = r.parsed<double>("jitter", "a percentage string like \"10%\"", parse_percent)) h.jitter = *v;
+  if (auto v = r.integer("port", 1, 65535)) h.port = static_cast<std::uint16_t>(*v);
+  if (auto v = r.choice<HealthInitial>("initial", {{"up", HealthInitial::up}, {"down", HealthInitial::down}})) {
+    h.initial = *v;
+  }
+  if (auto v = r.choice<OnDown>("on_down", {{"keep", OnDown::keep}, {"close_sessions", OnDown::close_sessions}})) {
+    h.on_down = *v;
+  }
+  if (auto v = r.duration("slow_start", true)) h.slow_start = *v;
+
+  switch (h.type) {
+    case HealthType::tcp:
+      break;
+    case HealthType::http:
+      parse_http(r, h);
+      break;
+    case HealthType::send_expect:
+      parse_send_expect(r, h);
+      break;
+    case HealthType::postgres:
+      parse_postgres(r, h);
+      break;
+    case HealthType::redis:
+      parse_redis(r, h);
+      break;
+  }
+  return h;
+}
+
+}  // namespace sluice::config_detail
