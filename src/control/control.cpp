@@ -236,7 +236,12 @@ void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
       if (!now.count(up->member(i).state.get())) gone.push_back(up->member(i).state);
     }
     if (gone.empty()) continue;
-    const Duration timeout = up->config().drain_timeout;
+    // The new file's word counts: a reload that removes a server may also
+    // set the drain_timeout it should get. Then the upstream's old value,
+    // then [global] drain_timeout.
+    const Upstream* now_up = after.find_upstream(name);
+    Duration timeout = now_up != nullptr ? now_up->config().drain_timeout : up->config().drain_timeout;
+    if (timeout.count() <= 0) timeout = after.config->global.drain_timeout;
     for (const auto& s : gone) {
       spdlog::info("upstream \"{}\" server {} removed; its {} session(s) {}", name, s->address.text,
                    s->active.load(std::memory_order_relaxed),
