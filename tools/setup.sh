@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages sluice needs to build and test (and, with
-# --bench, to run the benchmark against HAProxy and nginx). Idempotent: quiet
+# Installs the Debian packages sluice needs to build, test and benchmark
+# (HAProxy and nginx are PROXY protocol receivers in the tests and the
+# benchmark's peers). Idempotent: quiet
 # and quick when everything is already there. Needs root (or sudo) on Debian 12.
 set -euo pipefail
 
@@ -10,10 +11,8 @@ packages=(
   libssl-dev openssl python3 python3-pytest curl procps logrotate
   clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
   postgresql postgresql-client redis-server redis-tools   # database end-to-end tests
+  haproxy nginx libnginx-mod-stream   # PROXY protocol receivers in tests; the benchmark's peers
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(haproxy nginx-light libnginx-mod-stream)
-fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -32,7 +31,7 @@ $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # their own copies on ephemeral ports, so stop the system ones we just added.
 for svc in nginx haproxy postgresql redis-server; do
   for p in "${missing[@]}"; do
-    if [[ "$p" == "$svc" || ( "$svc" == nginx && "$p" == nginx-light ) ]]; then
+    if [[ "$p" == "$svc" ]]; then
       $sudo service "$svc" stop >/dev/null 2>&1 || true
     fi
   done

@@ -413,8 +413,11 @@ class Parser {
         r.fail_key("upstream", "upstream is not allowed with " + mode + "; use default_upstream and routes");
       }
     } else {
+      // accept_proxy reads a PROXY header first, within preread_timeout.
+      const bool proxy_header = r.has("accept_proxy") && r.boolean("accept_proxy").value_or(false);
       for (std::string_view key : {"routes", "default_upstream", "on_not_tls", "on_malformed", "preread_timeout",
                                    "preread_max_bytes"}) {
+        if (key == "preread_timeout" && proxy_header) continue;
         if (r.has(key)) {
           r.fail_key(key, std::string(key) + " is allowed only with preread = \"tls\" or \"postgres\"");
         }

@@ -1,0 +1,291 @@
+"""PROXY protocol: sluice sends v1/v2 to real receivers (nginx `listen ...
+proxy_protocol`, HAProxy `accept-proxy`) and accepts it from trusted peers."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness import listener, upstream
+from test_tls import client_hello
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
+V2_SIG = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, proc: subprocess.Popen, what: str):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited: {proc.stdout.read().decode(errors='replace')}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"{what} did not listen on {port}")
+
+
+@pytest.fixture
+def nginx_receiver(tmp_path):
+    """nginx stream server that answers with the address the PROXY header carried."""
+    if not Path(NGINX).exists() or not Path(STREAM_MODULE).exists():
+        pytest.skip("nginx with the stream module is not installed")
+    port = free_port()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(f"""
+load_module {STREAM_MODULE};
+daemon off;
+master_process off;
+worker_processes 1;
+pid {tmp_path}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 64; }}
+stream {{
+  server {{
+    listen 127.0.0.1:{port} proxy_protocol;
+    return "$proxy_protocol_addr $proxy_protocol_port\\n";
+  }}
+}}
+""")
+    proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        wait_listening(port, proc, "nginx")
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def haproxy_receiver(tmp_path):
+    """HAProxy frontend with accept-proxy answering HTTP with the client it saw."""
+    if not Path(HAPROXY).exists():
+        pytest.skip("haproxy is not installed")
+    port = free_port()
+    conf = tmp_path / "haproxy.cfg"
+    conf.write_text(f"""
+global
+  log stderr format raw local0 warning
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 10s
+  timeout server 10s
+frontend fe
+  bind 127.0.0.1:{port} accept-proxy
+  http-request return status 200 content-type text/plain lf-string "%[src] %[src_port]\\n"
+""")
+    proc = subprocess.Popen([HAPROXY, "-db", "-f", str(conf)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_listening(port, proc, "haproxy")
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def header_echo_handler(backend, conn):
+    """Reads a PROXY header (v1 line or v2 block) and echoes it back."""
+    conn.settimeout(5)
+    buf = b""
+    while True:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+        if buf.startswith(b"PROXY") and b"\r\n" in buf:
+            buf = buf[:buf.index(b"\r\n") + 2]
+            break
+        if buf.startswith(V2_SIG) and len(buf) >= 16 and len(buf) >= 16 + struct.unpack("!H", buf[14:16])[0]:
+            buf = buf[:16 + struct.unpack("!H", buf[14:16])[0]]
+            break
+    conn.sendall(buf)
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_nginx_sees_the_real_client(sluice, nginx_receiver, version):
+    s = sluice([listener()], {"up": upstream(nginx_receiver, proxy_protocol=version)})
+    c = harness.connect(*s.addr())
+    try:
+        line = harness.recv_line(c).decode()
+        addr, port = line.split()
+        assert (addr, int(port)) == c.getsockname()[:2], line
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_haproxy_sees_the_real_client(sluice, haproxy_receiver, version):
+    s = sluice([listener()], {"up": upstream(haproxy_receiver, proxy_protocol=version)})
+    c = harness.connect(*s.addr())
+    try:
+        c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = harness.recv_all(c).decode()
+        assert reply.startswith("HTTP/1.1 200"), reply
+        addr, port = reply.split("\r\n\r\n", 1)[1].split()
+        assert (addr, int(port)) == c.getsockname()[:2], reply
+    finally:
+        c.close()
+
+
+def test_v1_header_is_exact(sluice, backends):
+    be = backends(header_echo_handler)
+    s = sluice([listener()], {"up": upstream(be, proxy_protocol="v1")})
+    c = harness.connect(*s.addr())
+    try:
+        got = harness.recv_line(c).decode()
+        ch, cp = c.getsockname()[:2]
+        sh, sp = s.addr()
+        assert got == f"PROXY TCP4 {ch} {sh} {cp} {sp}\r"
+    finally:
+        c.close()
+
+
+def test_v2_carries_sni_and_alpn_after_tls_preread(sluice, backends):
+    be = backends(header_echo_handler)
+    s = sluice([listener("tls", None, preread="tls", routes=[{"sni": "db.example", "upstream": "up"}])],
+               {"up": upstream(be, proxy_protocol="v2")})
+    c = harness.connect(*s.addr("tls"))
+    try:
+        c.sendall(client_hello("db.example", alpn=["postgresql", "h2"]))
+        head = harness.recv_exact(c, 16)
+        assert head[:12] == V2_SIG and head[12] == 0x21 and head[13] == 0x11
+        body = harness.recv_exact(c, struct.unpack("!H", head[14:16])[0])
+        tlvs = {}
+        pos = 12
+        while pos < len(body):
+            t, n = body[pos], struct.unpack("!H", body[pos + 1:pos + 3])[0]
+            tlvs[t] = body[pos + 3:pos + 3 + n]
+            pos += 3 + n
+        assert tlvs.get(0x02) == b"db.example"
+        assert tlvs.get(0x01) == b"postgresql"
+        assert socket.inet_ntoa(body[0:4]) == c.getsockname()[0]
+        assert struct.unpack("!H", body[8:10])[0] == c.getsockname()[1]
+    finally:
+        c.close()
+
+
+def proxied_client(s, header: bytes, payload: bytes = b"") -> socket.socket:
+    c = harness.connect(*s.addr())
+    c.sendall(header + payload)
+    return c
+
+
+def test_accept_proxy_from_a_trusted_peer(sluice, backends):
+    be = backends(harness.echo_handler)
+    s = sluice([listener(accept_proxy=True, trusted_proxies=["127.0.0.0/8"])], {"up": upstream(be)})
+    for header in (b"PROXY TCP4 203.0.113.7 192.0.2.1 40000 5432\r\n",
+                   V2_SIG + b"\x21\x11\x00\x0c" + socket.inet_aton("203.0.113.7") + socket.inet_aton("192.0.2.1")
+                   + struct.pack("!HH", 40000, 5432)):
+        c = proxied_client(s, header, b"hello")
+        try:
+            assert harness.recv_exact(c, 5) == b"hello"  # the header is not forwarded
+        finally:
+            c.close()
+    recs = s.wait_records(2)
+    assert [r["client"] for r in recs] == ["203.0.113.7:40000"] * 2
+
+
+def test_accept_proxy_then_proxy_protocol_to_the_server(sluice, backends):
+    be = backends(header_echo_handler)
+    s = sluice([listener(accept_proxy=True, trusted_proxies=["127.0.0.1"])], {"up": upstream(be, proxy_protocol="v1")})
+    c = proxied_client(s, b"PROXY TCP4 198.51.100.2 192.0.2.1 1234 443\r\n")
+    try:
+        assert harness.recv_line(c) == b"PROXY TCP4 198.51.100.2 192.0.2.1 1234 443\r"
+    finally:
+        c.close()
+
+
+def test_accept_proxy_chains_with_tls_preread(sluice, backends):
+    be = backends(harness.banner_handler, name="A")
+    other = backends(harness.banner_handler, name="B")
+    s = sluice([listener("main", None, accept_proxy=True, trusted_proxies=["127.0.0.0/8"], preread="tls",
+                         routes=[{"sni": "a.example", "upstream": "a"}], default_upstream="b")],
+               {"a": upstream(be), "b": upstream(other)})
+    c = proxied_client(s, b"PROXY TCP4 203.0.113.9 192.0.2.1 1 2\r\n", client_hello("a.example"))
+    try:
+        assert harness.recv_line(c) == b"A"
+    finally:
+        c.close()
+    (rec,) = s.wait_records(1)
+    assert rec["client"] == "203.0.113.9:1" and rec["sni"] == "a.example"
+
+
+@pytest.mark.parametrize("bad", [
+    b"GET / HTTP/1.1\r\n\r\n",
+    b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2 3\r\n",
+    b"PROXY TCP4 999.2.3.4 5.6.7.8 1 2\r\n",
+    b"PROXY TCP4 " + b"1" * 200,
+    V2_SIG + b"\x21\x11\xff\xff",
+    V2_SIG + b"\x21\x11\x00\x04\x01\x02\x03\x04",
+])
+def test_malformed_headers_are_rejected(sluice, backends, bad):
+    be = backends(harness.echo_handler)
+    s = sluice([listener(accept_proxy=True, trusted_proxies=["127.0.0.0/8"])], {"up": upstream(be)})
+    c = proxied_client(s, bad)
+    try:
+        assert harness.wait_closed(c) in ("eof", "reset")
+    finally:
+        c.close()
+    (rec,) = s.wait_records(1)
+    assert rec["cause"] == "rejected_proxy"
+    assert be.counts()[0] == 0
+
+
+def test_truncated_header_times_out(sluice, backends):
+    be = backends(harness.echo_handler)
+    s = sluice([listener(accept_proxy=True, trusted_proxies=["127.0.0.0/8"], preread_timeout="300ms")],
+               {"up": upstream(be)})
+    c = proxied_client(s, b"PROXY TCP4 1.2.3.4 ")
+    try:
+        assert harness.wait_closed(c) in ("eof", "reset")
+    finally:
+        c.close()
+    (rec,) = s.wait_records(1)
+    assert rec["cause"] == "preread_timeout"
+
+
+def test_untrusted_peer_is_closed(sluice, backends):
+    be = backends(harness.echo_handler)
+    s = sluice([listener(accept_proxy=True, trusted_proxies=["10.0.0.0/8"])], {"up": upstream(be)})
+    c = proxied_client(s, b"PROXY TCP4 203.0.113.7 192.0.2.1 40000 5432\r\n", b"x")
+    try:
+        assert harness.wait_closed(c) in ("eof", "reset")
+    finally:
+        c.close()
+    s.log.wait_for(r"refused \(rejected_proxy\)")
+    assert be.counts()[0] == 0
+
+
+def test_acl_applies_to_the_carried_address(sluice, backends):
+    be = backends(harness.echo_handler)
+    s = sluice([listener(accept_proxy=True, trusted_proxies=["127.0.0.0/8"], deny=["203.0.113.0/24"])],
+               {"up": upstream(be)})
+    c = proxied_client(s, b"PROXY TCP4 203.0.113.7 192.0.2.1 40000 5432\r\n", b"x")
+    try:
+        assert harness.wait_closed(c) in ("eof", "reset")
+    finally:
+        c.close()
+    s.log.wait_for(r"connection from 203\.0\.113\.7:40000 refused \(acl_denied\)")
+    c = proxied_client(s, b"PROXY TCP4 198.51.100.7 192.0.2.1 40000 5432\r\n", b"ok")
+    try:
+        assert harness.recv_exact(c, 2) == b"ok"
+    finally:
+        c.close()
