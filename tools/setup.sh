@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   g++ pkg-config meson ninja-build cmake
   libuv1-dev libtomlplusplus-dev libspdlog-dev doctest-dev libxxhash-dev
+  libhttp-parser-dev libhiredis-dev libpq-dev   # active health checks (HTTP, Redis, PostgreSQL)
   libssl-dev openssl python3 python3-pytest curl procps
   clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
   postgresql postgresql-client redis-server redis-tools   # database end-to-end tests
