@@ -2,6 +2,8 @@
 // after another on the same probe) against one address and prints
 // "ok REASON" or "fail REASON" per check. Exit status 0 when every check
 // passed, 1 when one failed, 2 on bad usage, 3 when a handle was left open.
+// --cancel-after D closes the probe D into the first check instead (prints
+// "cancelled", exits 0): teardown with a check in flight.
 // For the integration tests; not installed.
 //
 //   health_probe --type redis --role master 127.0.0.1:6379 --timeout 1s
@@ -26,6 +28,7 @@ namespace {
                "health_probe: %s\n"
                "usage: health_probe [options] HOST:PORT\n"
                "  --type tcp|http|send_expect|redis|postgres  --timeout D  --port N  --repeat N\n"
+               "  --cancel-after D\n"
                "  http: --path P --method M --host H --expect-status 200-399,404 --expect-body TEXT\n"
                "  send_expect: --send TEXT | --send-hex HEX, --expect TEXT | --expect-hex HEX,\n"
                "               --expect-match prefix|substring\n"
@@ -86,6 +89,7 @@ struct Run {
   health::Probe* probe = nullptr;
   int left = 1;
   bool all_ok = true;
+  uv_timer_t cancel{};
 };
 
 void next_check(Run& run) {
@@ -96,6 +100,7 @@ void next_check(Run& run) {
     if (--run.left > 0) {
       next_check(run);
     } else {
+      uv_close(reinterpret_cast<uv_handle_t*>(&run.cancel), nullptr);
       run.probe->close([] {});
     }
   });
@@ -108,6 +113,7 @@ int main(int argc, char** argv) {
   std::string address;
   std::string role;
   int repeat = 1;
+  Duration cancel_after{0};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) {
@@ -126,6 +132,7 @@ int main(int argc, char** argv) {
       else usage("unknown type " + v);
     } else if (arg == "--timeout") config.timeout = duration_arg(v);
     else if (arg == "--port") config.port = static_cast<std::uint16_t>(std::atoi(v.c_str()));
+    else if (arg == "--cancel-after") cancel_after = duration_arg(v);
     else if (arg == "--repeat") repeat = std::max(1, std::atoi(v.c_str()));
     else if (arg == "--path") config.path = v;
     else if (arg == "--method") config.method = v;
@@ -171,7 +178,17 @@ int main(int argc, char** argv) {
   uv_loop_init(&loop);
   {
     auto probe = health::make_probe(&loop, config, *server);
-    Run run{probe.get(), repeat, true};
+    Run run{probe.get(), repeat, true, {}};
+    uv_timer_init(&loop, &run.cancel);
+    run.cancel.data = &run;
+    if (cancel_after.count() > 0) {
+      uv_timer_start(&run.cancel, [](uv_timer_t* t) {
+        auto* r = static_cast<Run*>(t->data);
+        std::printf("cancelled\n");
+        uv_close(reinterpret_cast<uv_handle_t*>(&r->cancel), nullptr);
+        r->probe->close([] {});
+      }, static_cast<std::uint64_t>(cancel_after.count()), 0);
+    }
     next_check(run);
     uv_run(&loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&loop) != 0) {
