@@ -31,6 +31,13 @@ Expect match_expect(std::string_view reply, std::string_view expect, ExpectMatch
   return expect.substr(0, reply.size()) == reply ? Expect::need_more : Expect::mismatch;
 }
 
+std::string lower_first(std::string text) {
+  if (text.size() >= 2 && text[0] >= 'A' && text[0] <= 'Z' && text[1] >= 'a' && text[1] <= 'z') {
+    text[0] = static_cast<char>(text[0] - 'A' + 'a');
+  }
+  return text;
+}
+
 std::string quote_bytes(std::string_view bytes, std::size_t max) {
   std::string out = "\"";
   for (std::size_t i = 0; i < bytes.size() && i < max; ++i) {

@@ -28,6 +28,11 @@ enum class Expect { matched, need_more, mismatch };
 // one, which is the caller's call.
 Expect match_expect(std::string_view reply, std::string_view expect, ExpectMatch mode);
 
+// A library's error text in the style of our reasons: "Connection refused"
+// (strerror, as hiredis and libpq report it) -> "connection refused", like
+// libuv's. Words in capitals ("FATAL: ...") are left alone.
+std::string lower_first(std::string text);
+
 // A peer's bytes for a reason: printable ASCII as is, the rest as \xNN,
 // at most `max` input bytes, then "...".
 std::string quote_bytes(std::string_view bytes, std::size_t max = 32);

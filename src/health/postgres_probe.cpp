@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "health/match.hpp"
 #include "sluice/address.hpp"
 
 namespace sluice::health {
@@ -31,7 +32,7 @@ std::string short_message(const char* message) {
   const auto at = text.find(marker);
   if (at != std::string::npos) text = text.substr(at + marker.size());
   while (!text.empty() && (text.back() == ' ' || text.back() == '\r')) text.pop_back();
-  return text.empty() ? "connection failed" : text;
+  return text.empty() ? "connection failed" : lower_first(text);
 }
 
 }  // namespace

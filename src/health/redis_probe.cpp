@@ -25,6 +25,11 @@ std::pair<bool, std::string> judge_redis_role(const std::string& role, RedisRole
 
 namespace {
 
+// hiredis's error for the context, or `fallback` when it has none.
+std::string error_of(const redisAsyncContext* ac, const char* fallback) {
+  return ac->errstr[0] != '\0' ? lower_first(ac->errstr) : fallback;
+}
+
 std::string reply_error(const redisReply* r) {
   return std::string(r->str != nullptr ? r->str : "", r->str != nullptr ? r->len : 0);
 }
@@ -92,7 +97,7 @@ void RedisProbe::begin() {
     return;
   }
   if (ac->err != 0) {
-    std::string reason = ac->errstr;
+    std::string reason = error_of(ac, "connect failed");
     redisAsyncFree(ac);
     finish(false, reason);
     return;
@@ -129,14 +134,14 @@ void RedisProbe::on_connect(const redisAsyncContext* ac, int status) {
   if (self == nullptr) return;
   // hiredis frees the context itself after this callback.
   self->ac_ = nullptr;
-  self->finish(false, ac->errstr[0] != '\0' ? std::string(ac->errstr) : "connect failed");
+  self->finish(false, error_of(ac, "connect failed"));
 }
 
 void RedisProbe::on_disconnect(const redisAsyncContext* ac, int) {
   RedisProbe* self = live(ac);
   if (self == nullptr) return;
   self->ac_ = nullptr;  // freed by hiredis after this callback
-  self->finish(false, ac->errstr[0] != '\0' ? std::string(ac->errstr) : "connection closed");
+  self->finish(false, error_of(ac, "connection closed"));
 }
 
 void RedisProbe::on_auth(redisAsyncContext* ac, void* r, void*) {
@@ -144,7 +149,7 @@ void RedisProbe::on_auth(redisAsyncContext* ac, void* r, void*) {
   if (self == nullptr) return;
   const auto* reply = static_cast<const redisReply*>(r);
   if (reply == nullptr) {
-    self->finish(false, ac->errstr[0] != '\0' ? std::string(ac->errstr) : "connection closed");
+    self->finish(false, error_of(ac, "connection closed"));
   } else if (reply->type == REDIS_REPLY_ERROR) {
     self->finish(false, "AUTH failed: " + quote_bytes(reply_error(reply), 80));
   }
@@ -155,7 +160,7 @@ void RedisProbe::on_role(redisAsyncContext* ac, void* r, void*) {
   if (self == nullptr) return;
   const auto* reply = static_cast<const redisReply*>(r);
   if (reply == nullptr) {
-    self->finish(false, ac->errstr[0] != '\0' ? std::string(ac->errstr) : "connection closed");
+    self->finish(false, error_of(ac, "connection closed"));
     return;
   }
   if (reply->type == REDIS_REPLY_ERROR) {

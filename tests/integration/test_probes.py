@@ -334,8 +334,7 @@ def test_redis_auth_from_password_file(redis_pair, tmp_path):
 
 
 def test_redis_refused_and_silent(silent):
-    reason = fail(f"127.0.0.1:{harness.dead_port()}", "--type", "redis")
-    assert reason.lower() == "connection refused", reason
+    assert fail(f"127.0.0.1:{harness.dead_port()}", "--type", "redis") == "connection refused"
     r = probe(silent.address, "--type", "redis", "--timeout", "500ms")
     assert r.rc == 1 and r.line == "fail timeout after 500ms", r
     assert 0.45 <= r.elapsed < 0.5 + SLACK, r
@@ -425,7 +424,7 @@ def test_postgres_roles_and_promotion(pg_primary_standby, tmp_path):
     harness.wait_until(lambda: probe(standby.address, *pg_args(tmp_path, "primary")).rc == 0,
                        timeout=30, interval=0.2, what="the promoted standby to answer as a primary")
     primary.stop()
-    assert fail(primary.address, *pg_args(tmp_path, "primary")).lower() == "connection refused"
+    assert fail(primary.address, *pg_args(tmp_path, "primary")) == "connection refused"
 
 
 def test_postgres_silent_server_fails_at_the_timeout(silent, tmp_path):

@@ -123,6 +123,12 @@ TEST_CASE("a peer's bytes are quoted for reasons") {
   CHECK(quote_bytes("abcdef", 3) == "\"abc\"...");
 }
 
+TEST_CASE("library errors read like ours") {
+  CHECK(lower_first("Connection refused") == "connection refused");
+  CHECK(lower_first("FATAL:  password authentication failed") == "FATAL:  password authentication failed");
+  CHECK(lower_first("") == "");
+}
+
 TEST_CASE("redis roles: slave is a replica; reasons name what was wanted") {
   CHECK(judge_redis_role("master", RedisRole::master) == std::pair<bool, std::string>{true, "role is master"});
   CHECK(judge_redis_role("slave", RedisRole::master) ==
