@@ -74,6 +74,9 @@ void Target::on_result(bool ok, std::string reason) {
     const auto detect = std::chrono::duration_cast<Duration>(Clock::now() - streak_started_);
     state_->set_active(*changed ? ActiveState::up : ActiveState::down, reason, detect);
     if (!*changed) owner_.reported_down(*this);
+  } else if (!ok && !counter_.up()) {
+    // Still down: the status shows the latest cause (no log, no transition).
+    state_->set_active(ActiveState::down, reason);
   }
   // The interval runs from the end of this check to the start of the next.
   schedule(next_delay(config_.interval, config_.jitter, owner_.uniform()));

@@ -62,20 +62,21 @@ bool run_until(uv_loop_t* loop, const std::function<bool()>& done, std::chrono::
   return ok;
 }
 
-std::shared_ptr<const Config> config_with(const std::string& servers, bool health, HealthInitial initial) {
+std::shared_ptr<const Config> config_with(const std::string& servers, bool health, HealthInitial initial,
+                                          OnDown on_down = OnDown::close_sessions, Duration interval = 20ms) {
   const std::string text = "[global]\naccess_log = \"off\"\n"
                            "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstream = \"pg\"\n"
                            "[upstream.pg]\nservers = [" + servers + "]\n";
   Config config = parse_config(text, "t.toml");
   if (health) {
     HealthConfig h;
-    h.interval = 20ms;
+    h.interval = interval;
     h.timeout = 500ms;
     h.rise = 2;
     h.fall = 2;
     h.jitter = 0.5;
     h.initial = initial;
-    h.on_down = OnDown::close_sessions;
+    h.on_down = on_down;
     config.upstreams.at("pg").health = h;
   }
   return std::make_shared<const Config>(std::move(config));
@@ -121,9 +122,8 @@ TEST_CASE("active checks bring a server up after rise passes and down after fall
 
   REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::up; }));
   CHECK(a.status(Clock::now()).active_reason == "connected");
-  // The dead port keeps failing; its reason says why.
-  REQUIRE(run_until(&loop, [&] { return b.status(Clock::now()).active_reason != "waiting for the first check"; },
-                    500ms) == false);
+  // The dead port never passes: it stays down, and its status says why.
+  REQUIRE(run_until(&loop, [&] { return b.status(Clock::now()).active_reason == "connection refused"; }));
   CHECK(b.active_state() == ActiveState::down);
 
   // A reload with the same servers keeps the checks (and their state).
@@ -171,6 +171,36 @@ TEST_CASE("initial = up: a server is eligible before its first check; stop() can
   checker.update(*snap);  // ignored after stop()
   CHECK(checker.size() == 0);
   live.close();
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(stopped);
+  CHECK(uv_loop_close(&loop) == 0);
+}
+
+TEST_CASE("changed health settings replace the check but keep the server's state; on_down = keep closes nothing") {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  Registry registry;
+  auto live = std::make_unique<Listener>(&loop);
+  auto snap = Snapshot::build(config_with(server(live->port), true, HealthInitial::down, OnDown::keep), registry, 1);
+  ServerState& a = snap->find_upstream("pg")->server(0);
+  int downs = 0;
+  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState>, const HealthConfig&) { ++downs; });
+  checker.update(*snap);
+  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::up; }));
+
+  // Another interval: a new check, but no return to initial = "down".
+  auto snap2 =
+      Snapshot::build(config_with(server(live->port), true, HealthInitial::down, OnDown::keep, 30ms), registry, 2);
+  checker.update(*snap2);
+  CHECK(checker.size() == 1);
+  CHECK(a.active_state() == ActiveState::up);
+
+  live->close();
+  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::down; }));
+  CHECK(downs == 0);
+
+  bool stopped = false;
+  checker.stop([&] { stopped = true; });
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK(stopped);
   CHECK(uv_loop_close(&loop) == 0);
