@@ -9,6 +9,7 @@ packages=(
   g++ pkg-config meson ninja-build cmake
   libuv1-dev libtomlplusplus-dev libspdlog-dev doctest-dev libxxhash-dev libsystemd-dev
   libssl-dev openssl python3 python3-pytest curl procps logrotate
+  libhttp-parser-dev libhiredis-dev libpq-dev   # active health checks (HTTP, Redis, PostgreSQL)
   clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
   postgresql postgresql-client redis-server redis-tools   # database end-to-end tests
   haproxy nginx libnginx-mod-stream   # PROXY protocol receivers in tests; the benchmark's peers

@@ -92,6 +92,16 @@ bool Control::start() {
   nworkers_ = config.global.workers != 0 ? config.global.workers : uv_available_parallelism();
   raise_nofile(config, nworkers_);
 
+  health_ = std::make_unique<HealthChecker>(loop_, [this](std::shared_ptr<ServerState> server, const HealthConfig&) {
+    // on_down = "close_sessions": the server's live sessions end now.
+    for (auto& w : workers_) {
+      WorkerCommand c;
+      c.kind = WorkerCommand::Kind::close_sessions;
+      c.server = server;
+      c.cause = Cause::server_down;
+      w->post(std::move(c));
+    }
+  });
   uv_async_init(loop_, &stopped_async_, on_stopped_async);
   stopped_async_.data = this;
   for (unsigned w = 0; w < nworkers_; ++w) workers_.push_back(std::make_unique<Worker>(w, &stopped_async_));
@@ -216,6 +226,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
   if (before) drain_removed(*before, *snapshot_);
+  if (health_ && !stopping_) health_->update(*snapshot_);
 
   result.ok = true;
   result.message = "configuration generation " + std::to_string(generation_) + " loaded from " + config->path + notes;
@@ -366,6 +377,7 @@ void Control::on_workers_stopped() {
   handles_closed_ = true;
   for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_close(as_handle(sig), nullptr);
   uv_close(as_handle(&tick_), nullptr);
+  if (health_) health_->stop([] {});
   uv_close(as_handle(&stopped_async_), nullptr);
 }
 

@@ -13,6 +13,7 @@
 
 #include <uv.h>
 
+#include "health/checker.hpp"
 #include "log/logging.hpp"
 #include "runtime/registry.hpp"
 #include "runtime/snapshot.hpp"
@@ -93,6 +94,7 @@ class Control {
   DropReporter log_drops_;
   bool stopping_ = false;
   LastReload last_reload_;
+  std::unique_ptr<HealthChecker> health_;  // active checks, on this loop
   bool handles_closed_ = false;
   int exit_status_ = 0;
 };

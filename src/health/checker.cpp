@@ -1,0 +1,83 @@
+#include "health/checker.hpp"
+
+#include <iterator>
+#include <utility>
+
+#include "health/target.hpp"
+#include "runtime/snapshot.hpp"
+
+namespace sluice {
+
+using health::Target;
+
+HealthChecker::HealthChecker(uv_loop_t* loop, DownCallback on_down)
+    : loop_(loop), on_down_(std::move(on_down)), rng_(std::random_device{}()) {}
+
+HealthChecker::~HealthChecker() = default;
+
+void HealthChecker::update(const Snapshot& snapshot) {
+  if (stopping_) return;
+  struct Wanted {
+    std::shared_ptr<ServerState> state;
+    const HealthConfig* config;
+  };
+  std::map<const ServerState*, Wanted> wanted;
+  for (const auto& [name, upstream] : snapshot.upstreams) {
+    const auto& health = upstream->config().health;
+    if (!health) continue;
+    for (std::size_t i = 0; i < upstream->size(); ++i) {
+      const auto& state = upstream->member(i).state;
+      wanted.emplace(state.get(), Wanted{state, &*health});
+    }
+  }
+  for (auto it = targets_.begin(); it != targets_.end();) {
+    const auto w = wanted.find(it->first);
+    if (w != wanted.end() && health::same_check(it->second->config(), *w->second.config)) {
+      ++it;
+      continue;
+    }
+    // No longer checked: a "down" left behind would keep the server out for good.
+    if (w == wanted.end()) it->second->state()->set_active(ActiveState::unchecked, "active checks off");
+    retire(std::move(it->second));
+    it = targets_.erase(it);
+  }
+  for (const auto& [key, w] : wanted) {
+    if (targets_.count(key) != 0) continue;
+    auto target = std::make_unique<Target>(*this, w.state, *w.config);
+    target->start();
+    targets_.emplace(key, std::move(target));
+  }
+}
+
+void HealthChecker::stop(std::function<void()> done) {
+  stopping_ = true;
+  stopped_ = std::move(done);
+  for (auto& [key, target] : targets_) retire(std::move(target));
+  targets_.clear();
+  maybe_stopped();
+}
+
+void HealthChecker::retire(std::unique_ptr<Target> target) {
+  Target* raw = target.get();
+  retiring_.push_back(std::move(target));
+  const auto it = std::prev(retiring_.end());
+  raw->close([this, it] {
+    retiring_.erase(it);
+    maybe_stopped();
+  });
+}
+
+void HealthChecker::maybe_stopped() {
+  if (!stopping_ || !retiring_.empty() || !stopped_) return;
+  auto done = std::move(stopped_);
+  stopped_ = nullptr;
+  done();
+}
+
+double HealthChecker::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+void HealthChecker::reported_down(Target& target) {
+  if (target.config().on_down == OnDown::close_sessions && on_down_) on_down_(target.state(), target.config());
+}
+
+}  // namespace sluice

@@ -1,0 +1,76 @@
+// Active health checks for every server of every upstream that has a
+// [upstream.NAME.health] table. Owned by the control loop and run on it: one
+// check in flight per server, whatever the number of workers. Results move
+// the server's active state (ServerState::set_active, which logs each
+// transition once) after `rise` consecutive passes or `fall` consecutive
+// failures.
+#pragma once
+
+#include <uv.h>
+
+#include <cstddef>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "sluice/config.hpp"
+#include "upstream/server_state.hpp"
+
+namespace sluice {
+
+class Snapshot;
+
+namespace health {
+class Target;
+}
+
+class HealthChecker {
+ public:
+  // Called when active checks mark a server down and its upstream says
+  // on_down = "close_sessions": the control loop closes the server's live
+  // sessions (cause server_down) through the worker mailboxes.
+  using DownCallback = std::function<void(std::shared_ptr<ServerState>, const HealthConfig&)>;
+
+  explicit HealthChecker(uv_loop_t* loop, DownCallback on_down = {});
+  HealthChecker(const HealthChecker&) = delete;
+  HealthChecker& operator=(const HealthChecker&) = delete;
+  // stop() must have completed (or never started anything) before this.
+  ~HealthChecker();
+
+  void set_on_down(DownCallback on_down) { on_down_ = std::move(on_down); }
+
+  // Makes the running checks match `snapshot`: a server that stays (the same
+  // ServerState) with the same health settings keeps its check, counters and
+  // schedule; a new server, or one whose settings changed, gets a new check
+  // (keeping its current up/down state); a server that left, or whose
+  // upstream lost its health table, is no longer checked and its active
+  // state returns to "unchecked". `initial` applies only to a server never
+  // checked before.
+  void update(const Snapshot& snapshot);
+
+  // Stops every check and closes every handle; `done` runs (from the loop)
+  // once all are closed. update() is ignored afterwards.
+  void stop(std::function<void()> done);
+
+  // Servers being checked now.
+  std::size_t size() const { return targets_.size(); }
+
+ private:
+  friend class health::Target;
+  void retire(std::unique_ptr<health::Target> target);
+  void maybe_stopped();
+  double uniform();  // [0, 1)
+  void reported_down(health::Target& target);
+
+  uv_loop_t* loop_;
+  DownCallback on_down_;
+  std::map<const ServerState*, std::unique_ptr<health::Target>> targets_;
+  std::list<std::unique_ptr<health::Target>> retiring_;  // closing their handles
+  std::function<void()> stopped_;
+  bool stopping_ = false;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace sluice

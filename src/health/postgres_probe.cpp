@@ -1,0 +1,183 @@
+#include "health/postgres_probe.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "health/match.hpp"
+#include "sluice/address.hpp"
+
+namespace sluice::health {
+
+std::pair<bool, std::string> judge_postgres_role(const std::string& in_recovery, PostgresRole want) {
+  if (in_recovery != "t" && in_recovery != "f") return {false, "unexpected pg_is_in_recovery() value"};
+  const std::string name = in_recovery == "f" ? "primary" : "standby";
+  std::string reason = "role is " + name;
+  switch (want) {
+    case PostgresRole::any: return {true, reason};
+    case PostgresRole::primary: return {name == "primary", name == "primary" ? reason : reason + ", want primary"};
+    case PostgresRole::standby: return {name == "standby", name == "standby" ? reason : reason + ", want standby"};
+  }
+  return {false, reason};
+}
+
+namespace {
+
+// libpq's messages are multi-line and start with where it connected; keep
+// the first line's cause: 'connection to server at "h", port 1 failed:
+// Connection refused' -> "Connection refused".
+std::string short_message(const char* message) {
+  std::string text = message != nullptr ? message : "";
+  text = text.substr(0, text.find('\n'));
+  const std::string marker = " failed: ";
+  const auto at = text.find(marker);
+  if (at != std::string::npos) text = text.substr(at + marker.size());
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\r')) text.pop_back();
+  return text.empty() ? "connection failed" : lower_first(text);
+}
+
+}  // namespace
+
+PostgresProbe::~PostgresProbe() { abort(); }
+
+void PostgresProbe::begin() {
+  std::string password;
+  if (!read_password(password)) return;
+  connected_ = false;
+  role_.clear();
+  // hostaddr: the address resolved at load time, so libpq does no DNS
+  // lookup (a blocking call) on the control loop. libpq does not enforce
+  // connect_timeout in non-blocking mode; our timer does. GSS encryption is
+  // off: it would consult Kerberos credentials, blocking as well.
+  const std::string hostaddr = format_ip(reinterpret_cast<const sockaddr*>(&target_.addr));
+  const std::string port = std::to_string(target_.port);
+  const auto seconds = std::max<long long>(2, (config_.timeout.count() + 999) / 1000);
+  const std::string connect_timeout = std::to_string(seconds);
+  std::vector<const char*> keys = {"host",    "hostaddr",        "port",       "user",
+                                   "dbname",  "sslmode",         "gssencmode", "connect_timeout",
+                                   "application_name"};
+  std::vector<const char*> values = {target_.host.c_str(),    hostaddr.c_str(),        port.c_str(),
+                                     config_.user.c_str(),    config_.database.c_str(), config_.sslmode.c_str(),
+                                     "disable",               connect_timeout.c_str(), "sluice-health"};
+  if (!password.empty()) {
+    keys.push_back("password");
+    values.push_back(password.c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  conn_ = PQconnectStartParams(keys.data(), values.data(), 0);
+  if (conn_ == nullptr) {
+    finish(false, "out of memory");
+    return;
+  }
+  if (PQstatus(conn_) == CONNECTION_BAD) {
+    std::string reason = short_message(PQerrorMessage(conn_));
+    abort();
+    finish(false, reason);
+    return;
+  }
+  // As if PQconnectPoll had said PGRES_POLLING_WRITING.
+  watch(UV_WRITABLE, true);
+}
+
+void PostgresProbe::abort() {
+  // The poll handle stops at uv_close, before libpq closes the socket.
+  HandleTracker::close(poll_);
+  poll_ = nullptr;
+  if (conn_ != nullptr) {
+    PQfinish(conn_);
+    conn_ = nullptr;
+  }
+}
+
+void PostgresProbe::watch(int events, bool fresh) {
+  if (fresh || poll_ == nullptr) {
+    HandleTracker::close(poll_);
+    poll_ = handles_.add(new Poll(this));
+    const int rc = uv_poll_init_socket(loop_, &poll_->uv, PQsocket(conn_));
+    if (rc < 0) {
+      handles_.forget(poll_);
+      poll_ = nullptr;
+      finish(false, std::string("cannot watch the socket: ") + uv_strerror(rc));
+      return;
+    }
+  }
+  const int rc = uv_poll_start(&poll_->uv, events, &PostgresProbe::on_poll);
+  if (rc < 0) finish(false, std::string("cannot watch the socket: ") + uv_strerror(rc));
+}
+
+void PostgresProbe::on_poll(uv_poll_t* h, int status, int) {
+  Poll* rec = Poll::of(h);
+  if (rec->closing) return;
+  PostgresProbe* self = rec->owner;
+  // An error on the socket (libuv says UV_EBADF on POLLERR, and stops the
+  // handle) is libpq's to diagnose: it reads SO_ERROR or fails its read.
+  (void)status;
+  if (!self->connected_) {
+    self->connect_step();
+  } else {
+    self->flush_query();
+  }
+}
+
+void PostgresProbe::connect_step() {
+  switch (PQconnectPoll(conn_)) {
+    case PGRES_POLLING_READING: watch(UV_READABLE, true); return;
+    case PGRES_POLLING_WRITING: watch(UV_WRITABLE, true); return;
+    case PGRES_POLLING_FAILED: fail_with_libpq(""); return;
+    case PGRES_POLLING_OK: break;
+    default: watch(UV_READABLE | UV_WRITABLE, true); return;  // PGRES_POLLING_ACTIVE: unused by libpq
+  }
+  connected_ = true;
+  if (PQsetnonblocking(conn_, 1) != 0 || PQsendQuery(conn_, "SELECT pg_is_in_recovery()") == 0) {
+    fail_with_libpq("query failed: ");
+    return;
+  }
+  // The socket is settled now: one handle for the rest of the check.
+  watch(UV_WRITABLE, true);
+}
+
+void PostgresProbe::flush_query() {
+  const int pending = PQflush(conn_);
+  if (pending < 0) {
+    fail_with_libpq("query failed: ");
+  } else if (pending > 0) {
+    watch(UV_READABLE | UV_WRITABLE, false);
+  } else {
+    read_result();
+  }
+}
+
+void PostgresProbe::read_result() {
+  if (PQconsumeInput(conn_) == 0) {
+    fail_with_libpq("query failed: ");
+    return;
+  }
+  while (PQisBusy(conn_) == 0) {
+    PGresult* res = PQgetResult(conn_);
+    if (res == nullptr) {
+      if (role_.empty()) {
+        finish(false, "no reply to pg_is_in_recovery()");
+        return;
+      }
+      auto [ok, reason] = judge_postgres_role(role_, config_.postgres_role);
+      finish(ok, std::move(reason));
+      return;
+    }
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 1) {
+      role_ = PQgetvalue(res, 0, 0);
+    } else if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+      std::string reason = "query failed: " + short_message(PQresultErrorMessage(res));
+      PQclear(res);
+      finish(false, reason);
+      return;
+    }
+    PQclear(res);
+  }
+  watch(UV_READABLE, false);
+}
+
+void PostgresProbe::fail_with_libpq(const char* what) {
+  finish(false, what + short_message(PQerrorMessage(conn_)));
+}
+
+}  // namespace sluice::health

@@ -1,0 +1,90 @@
+// One kind of active check against one server, driven by the control loop.
+// A probe runs at most one check at a time; each check ends with exactly one
+// result (ok + a human-readable reason such as "connection refused",
+// "HTTP 503", "role is replica, want master", "timeout after 1s"), unless
+// the probe is closed first. The timeout covers the whole check: connect,
+// authentication, request and reply.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "health/handles.hpp"
+#include "sluice/config.hpp"
+
+namespace sluice::health {
+
+class Probe {
+ public:
+  using Result = std::function<void(bool ok, std::string reason)>;
+
+  // `target` is the address to probe (the server's, or its health port).
+  Probe(uv_loop_t* loop, const HealthConfig& config, const Endpoint& target);
+  Probe(const Probe&) = delete;
+  Probe& operator=(const Probe&) = delete;
+  virtual ~Probe();
+
+  // Starts one check; `result` is called once, on a later loop turn of its
+  // own (never from inside start() or a library's callback, so it may start
+  // the next check or close the probe). Ignored while a check is in flight
+  // or after close().
+  void start(Result result);
+  bool busy() const { return static_cast<bool>(result_); }
+
+  // Drops any check in flight (no result) and closes every handle; `closed`
+  // runs once the last one has closed. Only then may the probe be deleted.
+  void close(std::function<void()> closed);
+
+  const Endpoint& target() const { return target_; }
+  const HealthConfig& config() const { return config_; }
+
+ protected:
+  // Opens what the check needs and eventually calls finish() (at once too:
+  // the result is delivered later anyway).
+  virtual void begin() = 0;
+  // Releases whatever a check holds (closing handles through handles_),
+  // without a result. Called by finish(), timeouts and close().
+  virtual void abort() = 0;
+
+  // Decides the check in flight (no-op when none or already decided):
+  // abort() now, the result on the next loop turn.
+  void finish(bool ok, std::string reason);
+  // The password from password_file (read at every check, so a rotated
+  // secret needs no reload); "" when none is configured. When the file
+  // cannot be read, fails the check and returns false.
+  bool read_password(std::string& out);
+  // A check is running and not yet decided.
+  bool in_flight() const { return result_ && !decided_; }
+
+  uv_loop_t* loop_;
+  const HealthConfig config_;
+  const Endpoint target_;
+  HandleTracker handles_;
+
+ private:
+  using Timer = Handle<uv_timer_t, Probe>;
+  static void on_timeout(uv_timer_t* t);
+
+  Timer* timer_ = nullptr;
+  Result result_;
+  bool decided_ = false;  // the timer now delivers the result, not the timeout
+  bool ok_ = false;
+  std::string reason_;
+  bool closing_ = false;
+};
+
+// The probe for `config.type`. `server` is the server's address; a non-zero
+// config.port replaces its port.
+std::unique_ptr<Probe> make_probe(uv_loop_t* loop, const HealthConfig& config, const Endpoint& server);
+
+// `server` with another port (0 = unchanged), in the address and the text.
+Endpoint with_port(const Endpoint& server, std::uint16_t port);
+
+// The first line of a secret file (a password), without its line end. On
+// failure returns "" and sets `error`.
+std::string read_secret(const std::string& path, std::string& error);
+
+}  // namespace sluice::health

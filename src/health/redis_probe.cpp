@@ -1,0 +1,180 @@
+#include "health/redis_probe.hpp"
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "health/match.hpp"
+#include "sluice/address.hpp"
+
+namespace sluice::health {
+
+std::pair<bool, std::string> judge_redis_role(const std::string& role, RedisRole want) {
+  // Servers before 5.0 only say "slave"; newer ones still do in ROLE.
+  const std::string name = role == "slave" || role == "replica" ? "replica" : role;
+  std::string reason = "role is " + name;
+  switch (want) {
+    case RedisRole::any:
+      return {name == "master" || name == "replica", reason};
+    case RedisRole::master:
+      return {name == "master", name == "master" ? reason : reason + ", want master"};
+    case RedisRole::replica:
+      return {name == "replica", name == "replica" ? reason : reason + ", want replica"};
+  }
+  return {false, reason};
+}
+
+namespace {
+
+// hiredis's error for the context, or `fallback` when it has none.
+std::string error_of(const redisAsyncContext* ac, const char* fallback) {
+  return ac->errstr[0] != '\0' ? lower_first(ac->errstr) : fallback;
+}
+
+std::string reply_error(const redisReply* r) {
+  return std::string(r->str != nullptr ? r->str : "", r->str != nullptr ? r->len : 0);
+}
+
+}  // namespace
+
+// hiredis's event hooks for one connection, on a poll handle of ours.
+struct RedisProbe::Events : Handle<uv_poll_t, RedisProbe> {
+  using Handle::Handle;
+  static Events* from(void* p) { return static_cast<Events*>(static_cast<HandleRecord*>(p)); }
+  void want(int add, int remove) {
+    events = (events | add) & ~remove;
+    if (events != 0) {
+      uv_poll_start(&uv, events, &RedisProbe::on_poll);
+    } else {
+      uv_poll_stop(&uv);
+    }
+  }
+  redisAsyncContext* ac = nullptr;  // null once hiredis let go of it
+  int events = 0;
+};
+
+bool RedisProbe::attach(redisAsyncContext* ac) {
+  auto* ev = handles_.add(new Events(this));
+  if (uv_poll_init_socket(loop_, &ev->uv, ac->c.fd) != 0) {
+    handles_.forget(ev);
+    return false;
+  }
+  ev->ac = ac;
+  ac->ev.data = static_cast<HandleRecord*>(ev);
+  ac->ev.addRead = [](void* p) { Events::from(p)->want(UV_READABLE, 0); };
+  ac->ev.delRead = [](void* p) { Events::from(p)->want(0, UV_READABLE); };
+  ac->ev.addWrite = [](void* p) { Events::from(p)->want(UV_WRITABLE, 0); };
+  ac->ev.delWrite = [](void* p) { Events::from(p)->want(0, UV_WRITABLE); };
+  ac->ev.cleanup = [](void* p) {  // hiredis is freeing the context (the socket closes after this)
+    Events* e = Events::from(p);
+    e->ac = nullptr;
+    HandleTracker::close(e);
+  };
+  return true;
+}
+
+void RedisProbe::on_poll(uv_poll_t* h, int status, int events) {
+  auto* ev = Events::from(h->data);
+  // On an error libuv stops the handle; hiredis finds the cause itself.
+  const int ready = status < 0 ? ev->events : events;
+  if (ev->ac != nullptr && (ready & UV_READABLE) != 0) redisAsyncHandleRead(ev->ac);
+  if (ev->ac != nullptr && (ready & UV_WRITABLE) != 0) redisAsyncHandleWrite(ev->ac);
+}
+
+RedisProbe::~RedisProbe() { abort(); }
+
+RedisProbe* RedisProbe::live(const redisAsyncContext* ac) {
+  auto* self = static_cast<RedisProbe*>(ac->data);
+  return self != nullptr && self->ac_ == ac && self->in_flight() ? self : nullptr;
+}
+
+void RedisProbe::begin() {
+  std::string password;
+  if (!read_password(password)) return;
+  const std::string ip = format_ip(reinterpret_cast<const sockaddr*>(&target_.addr));
+  redisAsyncContext* ac = redisAsyncConnect(ip.c_str(), target_.port);
+  if (ac == nullptr) {
+    finish(false, "out of memory");
+    return;
+  }
+  if (ac->err != 0) {
+    std::string reason = error_of(ac, "connect failed");
+    redisAsyncFree(ac);
+    finish(false, reason);
+    return;
+  }
+  if (!attach(ac)) {
+    redisAsyncFree(ac);
+    finish(false, "cannot watch the redis socket");
+    return;
+  }
+  ac->data = this;
+  ac_ = ac;
+  redisAsyncSetConnectCallback(ac, &RedisProbe::on_connect);
+  redisAsyncSetDisconnectCallback(ac, &RedisProbe::on_disconnect);
+  // Queued now, written once connected; replies come in order.
+  if (!password.empty()) {
+    redisAsyncCommand(ac, &RedisProbe::on_auth, nullptr, "AUTH %b", password.data(), password.size());
+  }
+  redisAsyncCommand(ac, &RedisProbe::on_role, nullptr, "ROLE");
+}
+
+void RedisProbe::abort() {
+  redisAsyncContext* ac = ac_;
+  if (ac == nullptr) return;
+  // Cleared first: freeing runs the pending callbacks (with no reply) and
+  // the disconnect callback, which must see the check as over.
+  ac_ = nullptr;
+  ac->data = nullptr;
+  redisAsyncFree(ac);  // inside a hiredis callback this only marks it; hiredis frees it after
+}
+
+void RedisProbe::on_connect(const redisAsyncContext* ac, int status) {
+  if (status == REDIS_OK) return;
+  RedisProbe* self = live(ac);
+  if (self == nullptr) return;
+  // hiredis frees the context itself after this callback.
+  self->ac_ = nullptr;
+  self->finish(false, error_of(ac, "connect failed"));
+}
+
+void RedisProbe::on_disconnect(const redisAsyncContext* ac, int) {
+  RedisProbe* self = live(ac);
+  if (self == nullptr) return;
+  self->ac_ = nullptr;  // freed by hiredis after this callback
+  self->finish(false, error_of(ac, "connection closed"));
+}
+
+void RedisProbe::on_auth(redisAsyncContext* ac, void* r, void*) {
+  RedisProbe* self = live(ac);
+  if (self == nullptr) return;
+  const auto* reply = static_cast<const redisReply*>(r);
+  if (reply == nullptr) {
+    self->finish(false, error_of(ac, "connection closed"));
+  } else if (reply->type == REDIS_REPLY_ERROR) {
+    self->finish(false, "AUTH failed: " + quote_bytes(reply_error(reply), 80));
+  }
+}
+
+void RedisProbe::on_role(redisAsyncContext* ac, void* r, void*) {
+  RedisProbe* self = live(ac);
+  if (self == nullptr) return;
+  const auto* reply = static_cast<const redisReply*>(r);
+  if (reply == nullptr) {
+    self->finish(false, error_of(ac, "connection closed"));
+    return;
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    self->finish(false, "ROLE failed: " + quote_bytes(reply_error(reply), 80));
+    return;
+  }
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
+      (reply->element[0]->type != REDIS_REPLY_STRING && reply->element[0]->type != REDIS_REPLY_STATUS)) {
+    self->finish(false, "unexpected reply to ROLE");
+    return;
+  }
+  const redisReply* first = reply->element[0];
+  auto [ok, reason] = judge_redis_role(std::string(first->str, first->len), self->config_.redis_role);
+  self->finish(ok, std::move(reason));
+}
+
+}  // namespace sluice::health

@@ -1,0 +1,99 @@
+#include "health/target.hpp"
+
+#include <utility>
+
+#include "health/schedule.hpp"
+
+namespace sluice::health {
+
+bool same_check(const HealthConfig& a, const HealthConfig& b) {
+  const auto ranges_equal = [](const std::vector<StatusRange>& x, const std::vector<StatusRange>& y) {
+    if (x.size() != y.size()) return false;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      if (x[i].low != y[i].low || x[i].high != y[i].high) return false;
+    }
+    return true;
+  };
+  return a.type == b.type && a.interval == b.interval && a.timeout == b.timeout && a.rise == b.rise &&
+         a.fall == b.fall && a.jitter == b.jitter && a.port == b.port && a.initial == b.initial &&
+         a.on_down == b.on_down && a.slow_start == b.slow_start && a.path == b.path && a.method == b.method &&
+         a.host == b.host && ranges_equal(a.expect_status, b.expect_status) && a.expect_body == b.expect_body &&
+         a.send == b.send && a.expect == b.expect && a.expect_match == b.expect_match &&
+         a.redis_role == b.redis_role && a.postgres_role == b.postgres_role && a.user == b.user &&
+         a.database == b.database && a.sslmode == b.sslmode && a.password_file == b.password_file;
+}
+
+namespace {
+
+bool starts_up(const ServerState& state, const HealthConfig& config) {
+  switch (state.active_state()) {
+    case ActiveState::up: return true;
+    case ActiveState::down: return false;
+    case ActiveState::unchecked: break;
+  }
+  return config.initial == HealthInitial::up;
+}
+
+}  // namespace
+
+Target::Target(HealthChecker& owner, std::shared_ptr<ServerState> state, const HealthConfig& config)
+    : owner_(owner),
+      state_(std::move(state)),
+      config_(config),
+      probe_(make_probe(owner.loop_, config_, state_->address)),
+      counter_(config_.rise, config_.fall, starts_up(*state_, config_)) {
+  timer_ = handles_.add(new Timer(this));
+  uv_timer_init(owner.loop_, &timer_->uv);
+}
+
+void Target::start() {
+  if (state_->active_state() == ActiveState::unchecked) {
+    if (counter_.up()) {
+      state_->set_active(ActiveState::up, "not checked yet (initial = up)");
+    } else {
+      state_->set_active(ActiveState::down, "waiting for the first check");
+    }
+  }
+  schedule(first_delay(config_.interval, config_.jitter, owner_.uniform()));
+}
+
+void Target::schedule(Duration delay) {
+  uv_timer_start(&timer_->uv, &Target::on_timer, static_cast<std::uint64_t>(delay.count()), 0);
+}
+
+void Target::on_timer(uv_timer_t* t) { Timer::of(t)->owner->check(); }
+
+void Target::check() {
+  check_started_ = Clock::now();
+  probe_->start([this](bool ok, std::string reason) { on_result(ok, std::move(reason)); });
+}
+
+void Target::on_result(bool ok, std::string reason) {
+  if (ok != counter_.up() && counter_.streak() == 0) streak_started_ = check_started_;
+  if (const auto changed = counter_.record(ok)) {
+    const auto detect = std::chrono::duration_cast<Duration>(Clock::now() - streak_started_);
+    state_->set_active(*changed ? ActiveState::up : ActiveState::down, reason, detect);
+    if (!*changed) owner_.reported_down(*this);
+  } else if (!ok && !counter_.up()) {
+    // Still down: the status shows the latest cause (no log, no transition).
+    state_->set_active(ActiveState::down, reason);
+  }
+  // The interval runs from the end of this check to the start of the next.
+  schedule(next_delay(config_.interval, config_.jitter, owner_.uniform()));
+}
+
+void Target::close(std::function<void()> closed) {
+  closed_ = std::move(closed);
+  parts_open_ = 2;
+  probe_->close([this] { part_closed(); });
+  HandleTracker::close(timer_);
+  handles_.when_all_closed([this] { part_closed(); });
+}
+
+void Target::part_closed() {
+  if (--parts_open_ > 0) return;
+  auto closed = std::move(closed_);
+  closed();  // may delete this
+}
+
+}  // namespace sluice::health

@@ -1,0 +1,58 @@
+// One checked server: its probe, the pause between checks, and the rise/fall
+// counter. Internal to HealthChecker.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "health/checker.hpp"
+#include "health/handles.hpp"
+#include "health/probe.hpp"
+#include "health/rise_fall.hpp"
+#include "sluice/time.hpp"
+
+namespace sluice::health {
+
+// Do two health tables ask for the same check?
+bool same_check(const HealthConfig& a, const HealthConfig& b);
+
+class Target {
+ public:
+  Target(HealthChecker& owner, std::shared_ptr<ServerState> state, const HealthConfig& config);
+  Target(const Target&) = delete;
+  Target& operator=(const Target&) = delete;
+
+  // Applies `initial` when the server was never checked and schedules the
+  // first check.
+  void start();
+  // Stops checking; `closed` runs once every handle is closed.
+  void close(std::function<void()> closed);
+
+  const std::shared_ptr<ServerState>& state() const { return state_; }
+  const HealthConfig& config() const { return config_; }
+
+ private:
+  using Timer = Handle<uv_timer_t, Target>;
+  static void on_timer(uv_timer_t* t);
+  void check();
+  void on_result(bool ok, std::string reason);
+  void schedule(Duration delay);
+  void part_closed();
+
+  HealthChecker& owner_;
+  std::shared_ptr<ServerState> state_;
+  HealthConfig config_;
+  std::unique_ptr<Probe> probe_;
+  HandleTracker handles_;
+  Timer* timer_ = nullptr;
+  RiseFall counter_;
+  TimePoint check_started_{};
+  TimePoint streak_started_{};  // start of the first check that disagreed with the state
+  int parts_open_ = 0;
+  std::function<void()> closed_;
+};
+
+}  // namespace sluice::health

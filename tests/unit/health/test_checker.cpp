@@ -1,0 +1,207 @@
+// HealthChecker on a real libuv loop against a real loopback listener: rise
+// and fall move the server's active state, reloads keep or drop checks, and
+// stop() closes every handle (uv_loop_close succeeds).
+#include <doctest/doctest.h>
+
+#include <uv.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "health/checker.hpp"
+#include "runtime/registry.hpp"
+#include "runtime/snapshot.hpp"
+
+using namespace sluice;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A listener that accepts and at once closes each connection.
+struct Listener {
+  uv_tcp_t tcp{};
+  int port = 0;
+
+  explicit Listener(uv_loop_t* loop) {
+    uv_tcp_init(loop, &tcp);
+    sockaddr_in sin{};
+    uv_ip4_addr("127.0.0.1", 0, &sin);
+    REQUIRE(uv_tcp_bind(&tcp, reinterpret_cast<const sockaddr*>(&sin), 0) == 0);
+    REQUIRE(uv_listen(reinterpret_cast<uv_stream_t*>(&tcp), 16, &Listener::on_connection) == 0);
+    sockaddr_storage ss{};
+    int len = sizeof ss;
+    uv_tcp_getsockname(&tcp, reinterpret_cast<sockaddr*>(&ss), &len);
+    port = ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  }
+  void close() { uv_close(reinterpret_cast<uv_handle_t*>(&tcp), nullptr); }
+
+  static void on_connection(uv_stream_t* server, int status) {
+    if (status < 0) return;
+    auto* c = new uv_tcp_t;
+    uv_tcp_init(server->loop, c);
+    uv_accept(server, reinterpret_cast<uv_stream_t*>(c));
+    uv_close(reinterpret_cast<uv_handle_t*>(c), [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
+  }
+};
+
+// Runs the loop until `done()` or the deadline; true when done() held.
+bool run_until(uv_loop_t* loop, const std::function<bool()>& done, std::chrono::milliseconds limit = 5s) {
+  uv_timer_t tick;
+  uv_timer_init(loop, &tick);
+  uv_timer_start(&tick, [](uv_timer_t*) {}, 5, 5);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  bool ok = done();
+  while (!ok && std::chrono::steady_clock::now() < deadline) {
+    uv_run(loop, UV_RUN_ONCE);
+    ok = done();
+  }
+  uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
+  uv_run(loop, UV_RUN_NOWAIT);
+  return ok;
+}
+
+std::shared_ptr<const Config> config_with(const std::string& servers, bool health, HealthInitial initial,
+                                          OnDown on_down = OnDown::close_sessions, Duration interval = 20ms) {
+  const std::string text = "[global]\naccess_log = \"off\"\n"
+                           "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstream = \"pg\"\n"
+                           "[upstream.pg]\nservers = [" + servers + "]\n";
+  Config config = parse_config(text, "t.toml");
+  if (health) {
+    HealthConfig h;
+    h.interval = interval;
+    h.timeout = 500ms;
+    h.rise = 2;
+    h.fall = 2;
+    h.jitter = 0.5;
+    h.initial = initial;
+    h.on_down = on_down;
+    config.upstreams.at("pg").health = h;
+  }
+  return std::make_shared<const Config>(std::move(config));
+}
+
+std::string server(int port) { return "{ address = \"127.0.0.1:" + std::to_string(port) + "\" }"; }
+
+int dead_port(uv_loop_t* loop) {
+  Listener l(loop);
+  const int port = l.port;
+  l.close();
+  uv_run(loop, UV_RUN_NOWAIT);
+  return port;
+}
+
+}  // namespace
+
+TEST_CASE("active checks bring a server up after rise passes and down after fall failures") {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  Registry registry;
+  const int dead = dead_port(&loop);
+  auto live = std::make_unique<Listener>(&loop);
+  auto snap = Snapshot::build(config_with(server(live->port) + ", " + server(dead), true, HealthInitial::down),
+                              registry, 1);
+  Upstream* up = snap->find_upstream("pg");
+  REQUIRE(up != nullptr);
+  ServerState& a = up->server(0);
+  ServerState& b = up->server(1);
+
+  int downs = 0;
+  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState> s, const HealthConfig& h) {
+    CHECK(s.get() == &a);
+    CHECK(h.on_down == OnDown::close_sessions);
+    ++downs;
+  });
+  checker.update(*snap);
+  CHECK(checker.size() == 2);
+  // initial = "down": nobody is eligible before the first passes.
+  CHECK(a.active_state() == ActiveState::down);
+  CHECK(b.active_state() == ActiveState::down);
+  CHECK(b.status(Clock::now()).active_reason == "waiting for the first check");
+
+  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::up; }));
+  CHECK(a.status(Clock::now()).active_reason == "connected");
+  // The dead port never passes: it stays down, and its status says why.
+  REQUIRE(run_until(&loop, [&] { return b.status(Clock::now()).active_reason == "connection refused"; }));
+  CHECK(b.active_state() == ActiveState::down);
+
+  // A reload with the same servers keeps the checks (and their state).
+  auto snap2 = Snapshot::build(config_with(server(live->port) + ", " + server(dead), true, HealthInitial::down),
+                               registry, 2);
+  checker.update(*snap2);
+  CHECK(checker.size() == 2);
+  CHECK(a.active_state() == ActiveState::up);
+
+  // The listener goes away: fall failures take the server down, once.
+  live->close();
+  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::down; }));
+  CHECK(a.status(Clock::now()).active_reason == "connection refused");
+  CHECK(downs == 1);
+
+  // A reload without the health table: no checks, and nobody stays down.
+  auto snap3 = Snapshot::build(config_with(server(live->port) + ", " + server(dead), false, HealthInitial::down),
+                               registry, 3);
+  checker.update(*snap3);
+  CHECK(checker.size() == 0);
+  CHECK(a.active_state() == ActiveState::unchecked);
+  CHECK(b.active_state() == ActiveState::unchecked);
+
+  bool stopped = false;
+  checker.stop([&] { stopped = true; });
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(stopped);
+  CHECK(uv_loop_close(&loop) == 0);
+}
+
+TEST_CASE("initial = up: a server is eligible before its first check; stop() cancels checks in flight") {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  Registry registry;
+  Listener live(&loop);
+  auto snap = Snapshot::build(config_with(server(live.port), true, HealthInitial::up), registry, 1);
+  ServerState& a = snap->find_upstream("pg")->server(0);
+  HealthChecker checker(&loop);
+  checker.update(*snap);
+  CHECK(a.active_state() == ActiveState::up);
+  // Stop at once, with the first check possibly in flight.
+  uv_run(&loop, UV_RUN_NOWAIT);
+  bool stopped = false;
+  checker.stop([&] { stopped = true; });
+  checker.update(*snap);  // ignored after stop()
+  CHECK(checker.size() == 0);
+  live.close();
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(stopped);
+  CHECK(uv_loop_close(&loop) == 0);
+}
+
+TEST_CASE("changed health settings replace the check but keep the server's state; on_down = keep closes nothing") {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  Registry registry;
+  auto live = std::make_unique<Listener>(&loop);
+  auto snap = Snapshot::build(config_with(server(live->port), true, HealthInitial::down, OnDown::keep), registry, 1);
+  ServerState& a = snap->find_upstream("pg")->server(0);
+  int downs = 0;
+  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState>, const HealthConfig&) { ++downs; });
+  checker.update(*snap);
+  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::up; }));
+
+  // Another interval: a new check, but no return to initial = "down".
+  auto snap2 =
+      Snapshot::build(config_with(server(live->port), true, HealthInitial::down, OnDown::keep, 30ms), registry, 2);
+  checker.update(*snap2);
+  CHECK(checker.size() == 1);
+  CHECK(a.active_state() == ActiveState::up);
+
+  live->close();
+  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::down; }));
+  CHECK(downs == 0);
+
+  bool stopped = false;
+  checker.stop([&] { stopped = true; });
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(stopped);
+  CHECK(uv_loop_close(&loop) == 0);
+}

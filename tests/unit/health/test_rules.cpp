@@ -1,0 +1,174 @@
+// The pure rules of active health checks: rise/fall hysteresis, when checks
+// run (jitter), status ranges, expected replies, role verdicts.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "health/match.hpp"
+#include "health/postgres_probe.hpp"
+#include "health/redis_probe.hpp"
+#include "health/rise_fall.hpp"
+#include "health/schedule.hpp"
+#include "health/target.hpp"
+
+using namespace sluice;
+using namespace sluice::health;
+using namespace std::chrono_literals;
+
+TEST_CASE("rise/fall: fall consecutive failures take an up server down") {
+  RiseFall rf(2, 3, true);
+  CHECK_FALSE(rf.record(false));
+  CHECK_FALSE(rf.record(false));
+  CHECK(rf.streak() == 2);
+  const auto changed = rf.record(false);
+  REQUIRE(changed);
+  CHECK(*changed == false);
+  CHECK_FALSE(rf.up());
+  CHECK(rf.streak() == 0);
+}
+
+TEST_CASE("rise/fall: a pass between failures restarts the count") {
+  RiseFall rf(2, 3, true);
+  rf.record(false);
+  rf.record(false);
+  CHECK_FALSE(rf.record(true));
+  CHECK(rf.streak() == 0);
+  CHECK_FALSE(rf.record(false));
+  CHECK_FALSE(rf.record(false));
+  CHECK(rf.up());
+  CHECK(rf.record(false) == std::optional<bool>(false));
+}
+
+TEST_CASE("rise/fall: rise consecutive passes bring a down server up") {
+  RiseFall rf(2, 3, false);
+  CHECK_FALSE(rf.record(true));
+  CHECK_FALSE(rf.record(false));  // resets the passes
+  CHECK_FALSE(rf.record(true));
+  CHECK(rf.record(true) == std::optional<bool>(true));
+  CHECK(rf.up());
+}
+
+TEST_CASE("rise/fall: rise = fall = 1 follows every result; 0 counts as 1") {
+  RiseFall rf(0, 1, true);
+  CHECK(rf.record(false) == std::optional<bool>(false));
+  CHECK(rf.record(true) == std::optional<bool>(true));
+  CHECK_FALSE(rf.record(true));
+}
+
+TEST_CASE("jitter: the first check comes within interval * jitter") {
+  CHECK(first_delay(2000ms, 0.1, 0.0) == 0ms);
+  CHECK(first_delay(2000ms, 0.1, 0.5) == 100ms);
+  CHECK(first_delay(2000ms, 0.1, 0.999999) <= 200ms);
+  CHECK(first_delay(2000ms, 0.0, 0.7) == 0ms);  // no jitter: at once
+  for (double u = 0; u < 1.0; u += 0.01) {
+    const Duration d = first_delay(1000ms, 0.25, u);
+    CHECK(d >= 0ms);
+    CHECK(d <= 250ms);
+  }
+}
+
+TEST_CASE("jitter: later pauses stay within interval +- jitter") {
+  CHECK(next_delay(2000ms, 0.1, 0.0) == 1800ms);
+  CHECK(next_delay(2000ms, 0.1, 0.5) == 2000ms);
+  CHECK(next_delay(2000ms, 0.1, 0.999999) == 2200ms);
+  CHECK(next_delay(2000ms, 0.0, 0.1) == 2000ms);
+  CHECK(next_delay(100ms, 1.0, 0.0) == 0ms);  // never negative
+  for (double u = 0; u < 1.0; u += 0.01) {
+    const Duration d = next_delay(1000ms, 0.2, u);
+    CHECK(d >= 800ms);
+    CHECK(d <= 1200ms);
+  }
+}
+
+TEST_CASE("status ranges are inclusive at both ends") {
+  const std::vector<StatusRange> ranges = {{200, 299}, {404, 404}};
+  CHECK(status_matches(200, ranges));
+  CHECK(status_matches(299, ranges));
+  CHECK(status_matches(404, ranges));
+  CHECK_FALSE(status_matches(199, ranges));
+  CHECK_FALSE(status_matches(300, ranges));
+  CHECK_FALSE(status_matches(503, ranges));
+  CHECK_FALSE(status_matches(200, {}));
+  CHECK(format_ranges(ranges) == "200-299,404");
+}
+
+TEST_CASE("expected replies: prefix decides as soon as the bytes differ") {
+  struct Row {
+    const char* reply;
+    Expect want;
+  };
+  const std::vector<Row> rows = {
+      {"", Expect::need_more},         {"+PO", Expect::need_more},     {"+PONG\r\n", Expect::matched},
+      {"+PONG", Expect::matched},      {"-ERR auth", Expect::mismatch}, {"+PX", Expect::mismatch},
+      {"x+PONG", Expect::mismatch},
+  };
+  for (const Row& r : rows) {
+    CAPTURE(r.reply);
+    CHECK(match_expect(r.reply, "+PONG", ExpectMatch::prefix) == r.want);
+  }
+}
+
+TEST_CASE("expected replies: substring waits for more until it is found") {
+  CHECK(match_expect("", "role:master", ExpectMatch::substring) == Expect::need_more);
+  CHECK(match_expect("# Replication\r\nrole:slave\r\n", "role:master", ExpectMatch::substring) ==
+        Expect::need_more);
+  CHECK(match_expect("# Replication\r\nrole:master\r\n", "role:master", ExpectMatch::substring) ==
+        Expect::matched);
+}
+
+TEST_CASE("a peer's bytes are quoted for reasons") {
+  CHECK(quote_bytes("-ERR x\r\n") == "\"-ERR x\\x0d\\x0a\"");
+  CHECK(quote_bytes("a\"b\\") == "\"a\\x22b\\x5c\"");
+  CHECK(quote_bytes("abcdef", 3) == "\"abc\"...");
+}
+
+TEST_CASE("library errors read like ours") {
+  CHECK(lower_first("Connection refused") == "connection refused");
+  CHECK(lower_first("FATAL:  password authentication failed") == "FATAL:  password authentication failed");
+  CHECK(lower_first("") == "");
+}
+
+TEST_CASE("redis roles: slave is a replica; reasons name what was wanted") {
+  CHECK(judge_redis_role("master", RedisRole::master) == std::pair<bool, std::string>{true, "role is master"});
+  CHECK(judge_redis_role("slave", RedisRole::master) ==
+        std::pair<bool, std::string>{false, "role is replica, want master"});
+  CHECK(judge_redis_role("slave", RedisRole::replica).first);
+  CHECK(judge_redis_role("master", RedisRole::any).first);
+  CHECK_FALSE(judge_redis_role("sentinel", RedisRole::any).first);
+}
+
+TEST_CASE("postgres roles: pg_is_in_recovery() f is a primary, t a standby") {
+  CHECK(judge_postgres_role("f", PostgresRole::primary) == std::pair<bool, std::string>{true, "role is primary"});
+  CHECK(judge_postgres_role("t", PostgresRole::primary) ==
+        std::pair<bool, std::string>{false, "role is standby, want primary"});
+  CHECK(judge_postgres_role("t", PostgresRole::standby).first);
+  CHECK(judge_postgres_role("t", PostgresRole::any).first);
+  CHECK_FALSE(judge_postgres_role("", PostgresRole::any).first);
+}
+
+TEST_CASE("same_check: any setting that changes the check counts") {
+  HealthConfig a;
+  HealthConfig b;
+  CHECK(same_check(a, b));
+  b.expect_status = {{200, 200}};
+  CHECK_FALSE(same_check(a, b));
+  b = a;
+  b.interval = 5s;
+  CHECK_FALSE(same_check(a, b));
+  b = a;
+  b.password_file = "/x";
+  CHECK_FALSE(same_check(a, b));
+}
+
+TEST_CASE("with_port: another port of the same host") {
+  Endpoint e;
+  e.host = "::1";
+  e.port = 5432;
+  e.text = "[::1]:5432";
+  e.addr.ss_family = AF_INET6;
+  const Endpoint p = with_port(e, 8008);
+  CHECK(p.port == 8008);
+  CHECK(p.text == "[::1]:8008");
+  CHECK(with_port(e, 0).text == "[::1]:5432");
+}
