@@ -62,12 +62,6 @@ TEST_CASE("health: common keys") {
   check_cases({
       health_case("interval = \"0s\"\n", at(4, 12) + "interval must be greater than 0, got \"0s\""),
       health_case("timeout = \"0ms\"\n", at(4, 11) + "timeout must be greater than 0, got \"0ms\""),
-      health_case("timeout = \"3s\"\n",
-                  at(4, 11) + "timeout \"3s\" must not be longer than interval \"2s\" (the default)"),
-      health_case("interval = \"500ms\"\n",
-                  at(4, 12) + "timeout \"1s\" (the default) must not be longer than interval \"500ms\""),
-      health_case("interval = \"5s\"\ntimeout = \"6s\"\n",
-                  at(5, 11) + "timeout \"6s\" must not be longer than interval \"5s\""),
       health_case("rise = 0\n", at(4, 8) + "rise must be 1..100, got 0"),
       health_case("fall = 101\n", at(4, 8) + "fall must be 1..100, got 101"),
       health_case("jitter = 10\n", at(4, 10) + "jitter must be a percentage string like \"10%\", got integer 10"),
