@@ -106,8 +106,19 @@ bool Control::start() {
   stopped_async_.data = this;
   for (unsigned w = 0; w < nworkers_; ++w) workers_.push_back(std::make_unique<Worker>(w, &stopped_async_));
 
+  // Signals are handled from before the first listener opens: a caller that
+  // sees "listening" and sends SIGUSR1 or SIGHUP must not kill the process.
+  for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) {
+    uv_signal_init(loop_, sig);
+    sig->data = this;
+  }
+  uv_signal_start(&sigterm_, on_signal, SIGTERM);
+  uv_signal_start(&sigint_, on_signal, SIGINT);
+  uv_signal_start(&sighup_, on_signal, SIGHUP);
+  uv_signal_start(&sigusr1_, on_signal, SIGUSR1);
   const ReloadResult r = apply(initial_);
   if (!r.ok) {
+    for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_close(as_handle(sig), nullptr);
     spdlog::critical("{}", r.message);
     for (auto& w : workers_) w->post(WorkerCommand::of(WorkerCommand::Kind::stop));
     for (auto& w : workers_) w->start();
@@ -117,14 +128,6 @@ bool Control::start() {
     uv_run(loop_, UV_RUN_DEFAULT);
     return false;
   }
-  for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) {
-    uv_signal_init(loop_, sig);
-    sig->data = this;
-  }
-  uv_signal_start(&sigterm_, on_signal, SIGTERM);
-  uv_signal_start(&sigint_, on_signal, SIGINT);
-  uv_signal_start(&sighup_, on_signal, SIGHUP);
-  uv_signal_start(&sigusr1_, on_signal, SIGUSR1);
   uv_timer_init(loop_, &tick_);
   tick_.data = this;
   uv_timer_start(&tick_, on_tick, 1000, 1000);
