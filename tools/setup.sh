@@ -13,6 +13,8 @@ packages=(
   clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
   postgresql postgresql-client redis-server redis-tools   # database end-to-end tests
   haproxy nginx libnginx-mod-stream   # PROXY protocol receivers in tests; the benchmark's peers
+  nlohmann-json3-dev   # the admin API's JSON
+  prometheus chromium   # promtool checks /metrics; a headless browser loads the status page
 )
 
 missing=()
@@ -30,7 +32,7 @@ $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts freshly installed daemons; the tests and the benchmark run
 # their own copies on ephemeral ports, so stop the system ones we just added.
-for svc in nginx haproxy postgresql redis-server; do
+for svc in nginx haproxy postgresql redis-server prometheus; do
   for p in "${missing[@]}"; do
     if [[ "$p" == "$svc" ]]; then
       $sudo service "$svc" stop >/dev/null 2>&1 || true

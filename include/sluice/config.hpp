@@ -61,6 +61,7 @@ struct AdminConfig {
   bool enabled = false;
   Endpoint listen;                       // default "127.0.0.1:9090"; non-loopback needs token_file
   std::string token_file;                // empty = no auth (loopback only)
+  std::string token;                     // token_file's content, trimmed; read at load time
 };
 
 enum class Balance { least_conn, round_robin, hash, random };

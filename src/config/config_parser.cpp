@@ -45,25 +45,7 @@ bool valid_name(std::string_view name) {
 
 constexpr std::string_view kNameRule = "[A-Za-z0-9_.-]+";
 
-// Same family, address and port (and IPv6 scope): two sockets would collide.
-bool same_endpoint(const Endpoint& a, const Endpoint& b) {
-  if (a.addr.ss_family != b.addr.ss_family || a.port != b.port) return false;
-  if (a.addr.ss_family == AF_INET) {
-    sockaddr_in x{};
-    sockaddr_in y{};
-    std::memcpy(&x, &a.addr, sizeof x);
-    std::memcpy(&y, &b.addr, sizeof y);
-    return x.sin_addr.s_addr == y.sin_addr.s_addr;
-  }
-  if (a.addr.ss_family == AF_INET6) {
-    sockaddr_in6 x{};
-    sockaddr_in6 y{};
-    std::memcpy(&x, &a.addr, sizeof x);
-    std::memcpy(&y, &b.addr, sizeof y);
-    return std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0 && x.sin6_scope_id == y.sin6_scope_id;
-  }
-  return false;
-}
+bool same_endpoint(const Endpoint& a, const Endpoint& b) { return same_sockaddr(a.addr, b.addr); }
 
 // 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104.
 bool is_loopback(const sockaddr_storage& ss) {
@@ -241,7 +223,8 @@ class Parser {
     a.enabled = true;
     if (auto v = r.address("listen", true)) a.listen = *v;
     if (auto v = r.readable_file("token_file")) {
-      if (!has_text(*v)) r.fail(*r.get("token_file"), "token_file " + quote(*v) + " holds no token (it is empty)");
+      a.token = read_token(*v);
+      if (a.token.empty()) r.fail(*r.get("token_file"), "token_file " + quote(*v) + " holds no token (it is empty)");
       a.token_file = *v;
     }
     if (a.token_file.empty() && !is_loopback(a.listen.addr)) {
@@ -250,14 +233,17 @@ class Parser {
     }
   }
 
-  // True when the file holds at least one byte that is not white space.
-  static bool has_text(const std::string& file_path) {
+  // The file's content without surrounding white space (empty when unreadable).
+  static std::string read_token(const std::string& file_path) {
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(file_path.c_str(), "rb"), &std::fclose);
-    if (!file) return false;
-    for (int c = std::fgetc(file.get()); c != EOF; c = std::fgetc(file.get())) {
-      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return true;
-    }
-    return false;
+    if (!file) return {};
+    std::string text;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, file.get())) > 0;) text.append(buf, n);
+    const auto first = text.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return {};
+    const auto last = text.find_last_not_of(" \t\r\n");
+    return text.substr(first, last - first + 1);
   }
 
   void parse_upstreams(const toml::table& table, Config& config) {

@@ -1,6 +1,9 @@
 #include "control/control.hpp"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -61,6 +64,30 @@ void raise_nofile(const Config& config, unsigned workers) {
   }
 }
 
+// Writes `text` to a new file at `path` (the mode of `like`, when it
+// exists) and flushes it to disk. Returns "" or the error.
+std::string write_file_synced(const std::string& path, std::string_view text, const std::string& like) {
+  struct stat st {};
+  const mode_t mode = ::stat(like.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0644;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return std::strerror(errno);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      return err;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const std::string err = synced ? std::string() : std::strerror(errno);
+  if (::close(fd) != 0 && synced) return std::strerror(errno);
+  return err;
+}
+
 struct Drain {
   uv_timer_t timer{};
   Control* control = nullptr;
@@ -92,15 +119,10 @@ bool Control::start() {
   nworkers_ = config.global.workers != 0 ? config.global.workers : uv_available_parallelism();
   raise_nofile(config, nworkers_);
 
+  started_at_ms_ = wall_ms();
   health_ = std::make_unique<HealthChecker>(loop_, [this](std::shared_ptr<ServerState> server, const HealthConfig&) {
     // on_down = "close_sessions": the server's live sessions end now.
-    for (auto& w : workers_) {
-      WorkerCommand c;
-      c.kind = WorkerCommand::Kind::close_sessions;
-      c.server = server;
-      c.cause = Cause::server_down;
-      w->post(std::move(c));
-    }
+    close_sessions(std::move(server), Cause::server_down);
   });
   uv_async_init(loop_, &stopped_async_, on_stopped_async);
   stopped_async_.data = this;
@@ -116,9 +138,13 @@ bool Control::start() {
   uv_signal_start(&sigint_, on_signal, SIGINT);
   uv_signal_start(&sighup_, on_signal, SIGHUP);
   uv_signal_start(&sigusr1_, on_signal, SIGUSR1);
-  const ReloadResult r = apply(initial_);
+  ReloadResult r = apply(initial_);
+  if (r.ok) {
+    if (std::string err = start_admin(config); !err.empty()) r = {false, err};
+  }
   if (!r.ok) {
     for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_close(as_handle(sig), nullptr);
+    if (admin_http_) admin_http_->close([] {});
     spdlog::critical("{}", r.message);
     for (auto& w : workers_) w->post(WorkerCommand::of(WorkerCommand::Kind::stop));
     for (auto& w : workers_) w->start();
@@ -231,6 +257,15 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   if (before) drain_removed(*before, *snapshot_);
   if (health_ && !stopping_) health_->update(*snapshot_);
 
+  loaded_at_ms_ = wall_ms();
+  if (admin_api_) {
+    const AdminConfig& a = snapshot_->config->admin;
+    if (a.enabled != admin_config_.enabled || !same_sockaddr(a.listen.addr, admin_config_.listen.addr)) {
+      notes += "; the admin API's listen address changes only with a restart (still " + admin_http_->bound() + ")";
+    }
+    admin_api_->set_token(a.token);  // a new token_file takes effect now
+  }
+
   result.ok = true;
   result.message = "configuration generation " + std::to_string(generation_) + " loaded from " + config->path + notes;
   return result;
@@ -323,15 +358,105 @@ ReloadResult Control::reload(std::string_view origin) {
   spdlog::info("received {}: reloading {}", origin, config_path_);
   notify_systemd("RELOADING=1");
   const ReloadResult r = reload_from_file();
+  record_reload(origin, r);
+  return r;
+}
+
+ReloadResult Control::put_config(std::string_view toml) {
+  spdlog::info("received PUT /config: validating {} byte(s) for {}", toml.size(), config_path_);
+  ReloadResult r;
+  std::shared_ptr<const Config> config;
+  try {
+    config = std::make_shared<const Config>(parse_config(toml, config_path_));
+  } catch (const ConfigError& e) {
+    r = {false, e.what()};
+  }
+  // Written next to the file first, renamed over it only once the new
+  // configuration runs: the file and the running state never disagree.
+  const std::string tmp = config_path_ + ".new." + std::to_string(::getpid());
+  if (config) {
+    notify_systemd("RELOADING=1");
+    if (std::string err = write_file_synced(tmp, toml, config_path_); !err.empty()) {
+      r = {false, "cannot write " + tmp + ": " + err};
+    } else {
+      r = apply(std::move(config));
+      if (r.ok && ::rename(tmp.c_str(), config_path_.c_str()) != 0) {
+        r.message += "; but replacing " + config_path_ + " failed: " + std::strerror(errno) +
+                     " (the running configuration differs from the file)";
+      }
+      ::unlink(tmp.c_str());
+    }
+  }
+  record_reload("PUT /config", r);
+  return r;
+}
+
+void Control::record_reload(std::string_view origin, const ReloadResult& r) {
   if (r.ok) {
+    ++reloads_ok_;
     spdlog::info("reload succeeded: {}", r.message);
   } else {
+    ++reloads_failed_;
     spdlog::error("reload failed, the running configuration is unchanged: {}", r.message);
   }
-  last_reload_ = LastReload{true, r.ok, wall_ms(), r.message};
+  last_reload_ = LastReload{true, r.ok, wall_ms(), std::string(origin), r.message};
   notify_systemd("READY=1\nSTATUS=" + std::string(r.ok ? "running, configuration generation " : "running; last reload failed, generation ") +
                  std::to_string(generation_));
-  return r;
+}
+
+void Control::close_sessions(std::shared_ptr<const ServerState> server, Cause cause) {
+  for (auto& w : workers_) {
+    WorkerCommand c;
+    c.kind = WorkerCommand::Kind::close_sessions;
+    c.server = server;
+    c.cause = cause;
+    w->post(std::move(c));
+  }
+}
+
+admin::ProcessInfo Control::process_info() const {
+  admin::ProcessInfo p;
+  p.started_at_ms = started_at_ms_;
+  p.loaded_at_ms = loaded_at_ms_;
+  p.generation = generation_;
+  p.config_file = config_path_;
+  p.reload_attempted = last_reload_.attempted;
+  p.reload_ok = last_reload_.ok;
+  p.reload_time_ms = last_reload_.time_ms;
+  p.reload_origin = last_reload_.origin;
+  p.reload_message = last_reload_.message;
+  p.reloads_ok = reloads_ok_;
+  p.reloads_failed = reloads_failed_;
+  for (const auto& s : sockets_) p.listener_addresses[s->listener] = s->bound;
+  return p;
+}
+
+std::string Control::start_admin(const Config& config) {
+  admin_config_ = config.admin;
+  if (!config.admin.enabled) return {};
+  admin::AdminHooks hooks;
+  hooks.snapshot = [this] { return snapshot_; };
+  hooks.info = [this] { return process_info(); };
+  hooks.reload = [this] {
+    if (stopping_) return admin::Outcome{false, "sluice is stopping: reload refused"};
+    const ReloadResult r = reload("POST /reload");
+    return admin::Outcome{r.ok, r.message};
+  };
+  hooks.put_config = [this](std::string_view toml) {
+    if (stopping_) return admin::Outcome{false, "sluice is stopping: configuration refused"};
+    const ReloadResult r = put_config(toml);
+    return admin::Outcome{r.ok, r.message};
+  };
+  hooks.close_sessions = [this](std::shared_ptr<const ServerState> server, Cause cause) {
+    close_sessions(std::move(server), cause);
+  };
+  admin_api_ = std::make_unique<admin::AdminApi>(std::move(hooks));
+  admin_api_->set_token(config.admin.token);
+  admin_http_ = std::make_unique<admin::HttpServer>(
+      loop_, [this](const admin::Request& req) { return admin_api_->handle(req); });
+  if (std::string err = admin_http_->listen(config.admin.listen); !err.empty()) return "[admin] " + err;
+  spdlog::info("admin API listening on {}", admin_http_->bound());
+  return {};
 }
 
 void Control::notify_systemd(const std::string& state) {
@@ -381,6 +506,7 @@ void Control::on_workers_stopped() {
   for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_close(as_handle(sig), nullptr);
   uv_close(as_handle(&tick_), nullptr);
   if (health_) health_->stop([] {});
+  if (admin_http_) admin_http_->close([] {});
   uv_close(as_handle(&stopped_async_), nullptr);
 }
 

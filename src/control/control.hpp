@@ -13,6 +13,8 @@
 
 #include <uv.h>
 
+#include "admin/admin_api.hpp"
+#include "admin/http_server.hpp"
 #include "health/checker.hpp"
 #include "log/logging.hpp"
 #include "runtime/registry.hpp"
@@ -48,10 +50,16 @@ class Control {
   // file, applies it, logs the outcome, tells systemd, and records it.
   ReloadResult reload(std::string_view origin);
 
+  // Validates `toml` (errors name the configuration file and the body's
+  // line:column), applies it, and on success replaces the file atomically
+  // (so a restart comes back the same). Logged and recorded like a reload.
+  ReloadResult put_config(std::string_view toml);
+
   struct LastReload {
     bool attempted = false;
     bool ok = false;
     std::int64_t time_ms = 0;  // wall clock
+    std::string origin;        // "SIGHUP", "POST /reload", "PUT /config"
     std::string message;
   };
   const LastReload& last_reload() const { return last_reload_; }
@@ -70,6 +78,11 @@ class Control {
   void reopen_logs();
   void notify_systemd(const std::string& state);
   void drain_removed(const Snapshot& before, const Snapshot& after);
+  void record_reload(std::string_view origin, const ReloadResult& r);
+  // Starts the admin API when the configuration has one. Returns an error or "".
+  std::string start_admin(const Config& config);
+  admin::ProcessInfo process_info() const;
+  void close_sessions(std::shared_ptr<const ServerState> server, Cause cause);
 
   static void on_signal(uv_signal_t* h, int signum);
   static void on_stopped_async(uv_async_t* a);
@@ -94,6 +107,13 @@ class Control {
   DropReporter log_drops_;
   bool stopping_ = false;
   LastReload last_reload_;
+  std::uint64_t reloads_ok_ = 0;
+  std::uint64_t reloads_failed_ = 0;
+  std::int64_t started_at_ms_ = 0;
+  std::int64_t loaded_at_ms_ = 0;
+  std::unique_ptr<admin::AdminApi> admin_api_;
+  std::unique_ptr<admin::HttpServer> admin_http_;
+  AdminConfig admin_config_;  // what the running admin API was started with
   std::unique_ptr<HealthChecker> health_;  // active checks, on this loop
   bool handles_closed_ = false;
   int exit_status_ = 0;

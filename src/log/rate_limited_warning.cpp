@@ -1,4 +1,4 @@
-#include "proxy/local_error.hpp"
+#include "log/rate_limited_warning.hpp"
 
 #include <chrono>
 
