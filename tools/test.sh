@@ -69,7 +69,7 @@ run_step() {  # name, command...
 
 suite() {  # build dir, label
   local dir=$1 label=$2
-  for t in config balance preread runtime log health; do
+  for t in config balance preread runtime log health admin; do
     run_step "$label unit $t" "$dir/tests/unit/$t/test_$t"
   done
   run_step "$label integration+e2e" env SLUICE_BIN="$PWD/$dir/sluice" \
