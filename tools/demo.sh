@@ -16,6 +16,8 @@ sluice is starting on conf/sluice.toml:
   round_robin listener "demo_rr"  127.0.0.1:7001  ->  9101, 9102
 Try, in another terminal:   echo hi | nc -q1 127.0.0.1 7000
         or:                 python3 -c 'import socket; s=socket.create_connection(("127.0.0.1",7000)); print(s.recv(100))'
+Status page: http://127.0.0.1:9090/   metrics: curl -s 127.0.0.1:9090/metrics
+Drain a server: curl -X POST 127.0.0.1:9090/upstreams/demo/servers/127.0.0.1:9101/drain
 Access-log lines appear below, one per connection. Ctrl-C stops.
 
 MSG

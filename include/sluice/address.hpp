@@ -50,24 +50,22 @@ inline std::string format_sockaddr(const sockaddr* sa) {
   return "unknown";
 }
 
-// Same family, address and port (and IPv6 scope): two sockets bound to them
-// would collide.
-inline bool same_sockaddr(const sockaddr_storage& a, const sockaddr_storage& b) {
+// Same family and address (and IPv6 scope); ports are not compared.
+inline bool same_ip(const sockaddr_storage& a, const sockaddr_storage& b) {
   if (a.ss_family != b.ss_family) return false;
   if (a.ss_family == AF_INET) {
     sockaddr_in x{};
     sockaddr_in y{};
     std::memcpy(&x, &a, sizeof x);
     std::memcpy(&y, &b, sizeof y);
-    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+    return x.sin_addr.s_addr == y.sin_addr.s_addr;
   }
   if (a.ss_family == AF_INET6) {
     sockaddr_in6 x{};
     sockaddr_in6 y{};
     std::memcpy(&x, &a, sizeof x);
     std::memcpy(&y, &b, sizeof y);
-    return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0 &&
-           x.sin6_scope_id == y.sin6_scope_id;
+    return std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof x.sin6_addr) == 0 && x.sin6_scope_id == y.sin6_scope_id;
   }
   return false;
 }

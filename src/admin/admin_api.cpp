@@ -179,7 +179,7 @@ Response AdminApi::server_action(const Request& req, std::string_view upstream_p
     std::string perr;
     if (auto ep = parse_address(server, false, perr)) {
       for (std::size_t i = 0; i < up->size() && index < 0; ++i) {
-        if (same_sockaddr(up->server(i).address.addr, ep->addr)) index = static_cast<long>(i);
+        if (up->server(i).address.port == ep->port && same_ip(up->server(i).address.addr, ep->addr)) index = static_cast<long>(i);
       }
     }
   }

@@ -45,7 +45,8 @@ bool valid_name(std::string_view name) {
 
 constexpr std::string_view kNameRule = "[A-Za-z0-9_.-]+";
 
-bool same_endpoint(const Endpoint& a, const Endpoint& b) { return same_sockaddr(a.addr, b.addr); }
+// Same address and port: two sockets would collide.
+bool same_endpoint(const Endpoint& a, const Endpoint& b) { return a.port == b.port && same_ip(a.addr, b.addr); }
 
 // 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104.
 bool is_loopback(const sockaddr_storage& ss) {

@@ -260,7 +260,8 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   loaded_at_ms_ = wall_ms();
   if (admin_api_) {
     const AdminConfig& a = snapshot_->config->admin;
-    if (a.enabled != admin_config_.enabled || !same_sockaddr(a.listen.addr, admin_config_.listen.addr)) {
+    if (a.enabled != admin_config_.enabled || a.listen.port != admin_config_.listen.port ||
+        !same_ip(a.listen.addr, admin_config_.listen.addr)) {
       notes += "; the admin API's listen address changes only with a restart (still " + admin_http_->bound() + ")";
     }
     admin_api_->set_token(a.token);  // a new token_file takes effect now

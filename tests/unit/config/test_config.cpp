@@ -520,6 +520,8 @@ TEST_CASE("the shipped example files load") {
   const Config demo = sluice::load_config("conf/sluice.toml");
   CHECK(demo.path == "conf/sluice.toml");
   CHECK(demo.global.access_log == "stderr");
+  CHECK(demo.admin.enabled);
+  CHECK(demo.admin.listen.text == "127.0.0.1:9090");
   REQUIRE(demo.listeners.size() == 2);
   CHECK(demo.listeners[0].name == "demo");
   CHECK(demo.listeners[0].listen.text == "127.0.0.1:7000");
