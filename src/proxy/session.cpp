@@ -9,9 +9,11 @@
 #include <spdlog/spdlog.h>
 
 #include "log/access_log.hpp"
+#include "preread/postgres.hpp"
 #include "preread/proxy_protocol.hpp"
 #include "proxy/buffer_pool.hpp"
 #include "proxy/local_error.hpp"
+#include "proxy/postgres_stage.hpp"
 #include "proxy/socket_options.hpp"
 #include "proxy/tls_stage.hpp"
 #include "runtime/snapshot.hpp"
@@ -176,7 +178,13 @@ void Session::refuse(Cause cause) {
 void Session::begin_preread() {
   const bool reading = client_reading_;
   set_state(State::prereading);
-  if (!awaiting_proxy_) stage_ = std::make_unique<TlsStage>(lv_, *snapshot_);
+  if (!awaiting_proxy_) {
+    if (lv_.config->preread == Preread::postgres) {
+      stage_ = std::make_unique<PostgresStage>(lv_, *snapshot_);
+    } else {
+      stage_ = std::make_unique<TlsStage>(lv_, *snapshot_);
+    }
+  }
   if (reading) return;  // after a PROXY header: the client is being read already
   if (int r = uv_read_start(as_stream(&client_), on_client_alloc, on_client_read); r < 0) {
     finish(Cause::client_reset);
@@ -262,6 +270,15 @@ void Session::on_preread_data(const char* data, std::size_t len) {
     return;
   }
   const PrereadResult r = stage_->feed({reinterpret_cast<const std::uint8_t*>(data), len});
+  if (!r.reply.empty()) {
+    // PostgreSQL's 'S': one byte on a socket we have not written to yet, so
+    // the kernel takes it whole.
+    uv_buf_t b = uv_buf_init(const_cast<char*>(r.reply.data()), static_cast<unsigned>(r.reply.size()));
+    if (uv_try_write(as_stream(&client_), &b, 1) != static_cast<int>(r.reply.size())) {
+      finish(Cause::client_reset);
+      return;
+    }
+  }
   switch (r.kind) {
     case PrereadResult::Kind::need_more:
       return;
@@ -280,6 +297,7 @@ void Session::on_preread_data(const char* data, std::size_t len) {
   sni_ = std::move(stage_->sni);
   alpn_ = std::move(stage_->alpn);
   forward_ = stage_->take_forward();
+  pg_ssl_ = stage_->server_needs_ssl_request();
   // The preread state is released now; the client keeps being read while
   // connecting (see on_client_read).
   stage_.reset();
@@ -338,8 +356,17 @@ void Session::on_connected() {
   if (const Duration every = snapshot_->config->global.log_interval; every.count() > 0) {
     interim_at_ms_ = start_ms_ + ms(every);
   }
+  std::vector<std::uint8_t> head;
   if (const Upstream* up = connector_.upstream(); up != nullptr && up->config().proxy_protocol != ProxyProtocol::none) {
-    prepend_proxy_header(up->config().proxy_protocol);
+    append_proxy_header(head, up->config().proxy_protocol);
+  }
+  if (pg_ssl_) {
+    begin_pg_handshake(std::move(head));
+    return;
+  }
+  if (!head.empty()) {
+    head.insert(head.end(), forward_.begin(), forward_.end());
+    forward_ = std::move(head);
   }
   start_proxying();
 }
@@ -347,21 +374,62 @@ void Session::on_connected() {
 // The PROXY protocol header for the server goes before every other byte: the
 // client's address (or the one a trusted proxy gave us) and the address it
 // connected to.
-void Session::prepend_proxy_header(ProxyProtocol version) {
+void Session::append_proxy_header(std::vector<std::uint8_t>& out, ProxyProtocol version) {
   sockaddr_storage destination = proxied_destination_;
   if (destination.ss_family == 0) {
     int len = sizeof destination;
     uv_tcp_getsockname(&client_, reinterpret_cast<sockaddr*>(&destination), &len);
   }
-  std::vector<std::uint8_t> header;
-  header.reserve(64 + forward_.size());
   if (version == ProxyProtocol::v1) {
-    preread::append_v1(header, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination));
+    preread::append_v1(out, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination));
   } else {
-    preread::append_v2(header, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination), alpn_, sni_);
+    preread::append_v2(out, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination), alpn_, sni_);
   }
-  header.insert(header.end(), forward_.begin(), forward_.end());
-  forward_ = std::move(header);
+}
+
+// preread = "postgres" after an SSLRequest: ask the chosen server for TLS the
+// same way, and replay the ClientHello only once it has said 'S'. The wait is
+// bounded by connect_timeout.
+void Session::begin_pg_handshake(std::vector<std::uint8_t> head) {
+  const auto req = preread::pg_ssl_request();
+  head.insert(head.end(), req.begin(), req.end());
+  // A few dozen bytes on a fresh connection: the kernel takes them whole.
+  uv_buf_t b = uv_buf_init(reinterpret_cast<char*>(head.data()), static_cast<unsigned>(head.size()));
+  // The server is being read by its pump already (since the connect); its
+  // one-byte answer is ours, so the read callback is swapped until then.
+  uv_read_stop(as_stream(&server_));
+  if (uv_try_write(as_stream(&server_), &b, 1) != static_cast<int>(head.size()) ||
+      uv_read_start(as_stream(&server_), on_client_alloc, on_pg_answer) != 0) {
+    finish(Cause::server_reset);
+    return;
+  }
+  pg_deadline_ms_ = uv_now(host_.loop()) + ms(lv_.config->connect_timeout);
+  arm_timer();
+}
+
+void Session::on_pg_answer(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
+  Session* s = session_of(as_handle(st));
+  const char answer = nread > 0 ? buf->base[0] : '\0';
+  if (buf->base != nullptr) s->pool().put(Buffer::from_data(buf->base));
+  if (nread == 0) return;
+  if (s->closing()) return;
+  uv_read_stop(st);
+  s->pg_deadline_ms_ = 0;
+  if (nread == 1 && answer == 'S') {
+    s->pg_ssl_ = false;
+    if (s->s2c_.start() < 0) {
+      s->finish(Cause::server_reset);
+      return;
+    }
+    s->start_proxying();
+  } else if (nread > 0 && answer == 'N') {
+    SPDLOG_DEBUG("listener \"{}\" client {}: the server refused TLS", s->lv_.config->name, s->client_address());
+    s->finish(Cause::server_no_tls);
+  } else {
+    // EOF, an error, an error message, or bytes after 'S' (which a TLS
+    // handshake must never find in its input).
+    s->finish(Cause::server_reset);
+  }
 }
 
 // ---- PROXYING --------------------------------------------------------------
@@ -446,6 +514,7 @@ void Session::arm_timer() {
       break;
     case State::connecting:
       consider(connector_.deadline_ms());
+      consider(pg_deadline_ms_);
       break;
     case State::proxying:
       consider(keepalive_at_ms_);
@@ -501,6 +570,10 @@ void Session::on_timer() {
     case State::connecting:
       if (connector_.deadline_ms() != 0 && now >= connector_.deadline_ms() && !server_closing_) {
         connector_.on_timeout();
+        return;
+      }
+      if (pg_deadline_ms_ != 0 && now >= pg_deadline_ms_) {
+        finish(Cause::connect_failed);  // the server did not answer the SSLRequest in time
         return;
       }
       break;

@@ -79,7 +79,9 @@ class Session {
   void refuse(Cause cause);
   void after_admission();
   void on_proxy_header_data(const char* data, std::size_t len);
-  void prepend_proxy_header(ProxyProtocol version);
+  void append_proxy_header(std::vector<std::uint8_t>& out, ProxyProtocol version);
+  void begin_pg_handshake(std::vector<std::uint8_t> head);
+  static void on_pg_answer(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
   void begin_preread();
   void on_preread_data(const char* data, std::size_t len);
   void route_and_connect(Upstream* up);
@@ -155,6 +157,8 @@ class Session {
   // Preread: the stage while it runs, then the bytes for the server.
   std::unique_ptr<PrereadStage> stage_;
   std::vector<std::uint8_t> forward_;  // sent to the server first; freed once written
+  bool pg_ssl_ = false;                // the server must be asked for TLS (SSLRequest) before forward_
+  std::uint64_t pg_deadline_ms_ = 0;   // waiting for the server's 'S' until then
   bool client_reading_ = false;  // the session reads the client (before c2s_ takes over)
   ssize_t client_end_ = 0;       // EOF or error read while connecting
   std::string sni_;

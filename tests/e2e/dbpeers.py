@@ -8,6 +8,7 @@ started (for PostgreSQL, the postmaster that `runuser` forked for us).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -183,6 +184,35 @@ def make_pg_root() -> Path:
         raise AssertionError(f"the {PG_USER} user cannot write to {root}; "
                              f"point TMPDIR at a directory it can reach")
     return root
+
+
+@contextlib.contextmanager
+def pg_cluster_pair(prepare=None):
+    """Two clusters "a" and "b" (one initdb, copied), removed afterwards.
+    `prepare(cluster, name)` may change each before any server starts."""
+    root = make_pg_root()
+    try:
+        a = PgCluster(root, "a")
+        b = a.clone("b")
+        if prepare:
+            prepare(a, "a")
+            prepare(b, "b")
+        yield a, b
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def pg_servers(clusters):
+    """A running server on each cluster, all stopped afterwards, pass or fail."""
+    started: list[PgServer] = []
+    try:
+        for cluster in clusters:
+            started.append(PgServer(cluster))
+        yield tuple(started)
+    finally:
+        for srv in started:
+            srv.stop()
 
 
 class PgServer:

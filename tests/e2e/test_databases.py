@@ -28,26 +28,15 @@ def pg_clusters():
     why = dbpeers.pg_missing()
     if why:
         pytest.skip(why)
-    root = dbpeers.make_pg_root()
-    try:
-        a = dbpeers.PgCluster(root, "a")
-        b = a.clone("b")
-        yield a, b
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with dbpeers.pg_cluster_pair() as clusters:
+        yield clusters
 
 
 @pytest.fixture
 def pg_pair(pg_clusters):
     """Two running PostgreSQL servers, stopped when the test ends."""
-    started: list[dbpeers.PgServer] = []
-    try:
-        for cluster in pg_clusters:
-            started.append(dbpeers.PgServer(cluster))
-        yield tuple(started)
-    finally:
-        for srv in started:
-            srv.stop()
+    with dbpeers.pg_servers(pg_clusters) as servers:
+        yield servers
 
 
 @pytest.fixture
