@@ -143,7 +143,7 @@ std::string bytes(std::uint64_t n) {
 constexpr const char* kStyle = R"(
 body{font:14px/1.4 system-ui,sans-serif;margin:0;padding:12px;background:#f6f7f9;color:#1d232b}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:18px 0 6px}
-.meta{color:#566;margin-bottom:8px}.bad{color:#b00020}
+.meta{color:#566;margin-bottom:8px;overflow-wrap:anywhere}.bad{color:#b00020}
 .wrap{overflow-x:auto;background:#fff;border:1px solid #d8dde3;border-radius:6px}
 table{border-collapse:collapse;width:100%;white-space:nowrap}
 th,td{padding:5px 8px;border-bottom:1px solid #e6e9ed;text-align:left}
