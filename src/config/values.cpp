@@ -10,7 +10,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
-#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -100,16 +99,6 @@ std::optional<std::uint64_t> parse_unsigned(std::string_view digits, std::uint64
   }
   if (value > max) return std::nullopt;
   return value;
-}
-
-// True when the first `prefix` bits of a and b are equal.
-bool same_prefix(const std::uint8_t* a, const std::uint8_t* b, unsigned prefix) {
-  const unsigned whole = prefix / 8;
-  if (std::memcmp(a, b, whole) != 0) return false;
-  const unsigned rest = prefix % 8;
-  if (rest == 0) return true;
-  const auto mask = static_cast<std::uint8_t>(0xffU << (8 - rest));
-  return (a[whole] & mask) == (b[whole] & mask);
 }
 
 int hex_value(char c) {
@@ -278,30 +267,6 @@ std::optional<Cidr> parse_cidr(std::string_view text, std::string& error) {
     return std::nullopt;
   }
   return cidr;
-}
-
-bool cidr_contains(const Cidr& cidr, const sockaddr* addr) {
-  if (addr == nullptr) return false;
-  // The address as 16 bytes in IPv6 form (IPv4 as ::ffff:a.b.c.d).
-  std::array<std::uint8_t, 16> bytes{};
-  if (addr->sa_family == AF_INET) {
-    sockaddr_in sin{};
-    std::memcpy(&sin, addr, sizeof sin);
-    bytes[10] = 0xff;
-    bytes[11] = 0xff;
-    std::memcpy(bytes.data() + 12, &sin.sin_addr, 4);
-  } else if (addr->sa_family == AF_INET6) {
-    sockaddr_in6 sin6{};
-    std::memcpy(&sin6, addr, sizeof sin6);
-    std::memcpy(bytes.data(), &sin6.sin6_addr, 16);
-  } else {
-    return false;
-  }
-  if (cidr.family == AF_INET6) return same_prefix(bytes.data(), cidr.addr.data(), cidr.prefix);
-  if (cidr.family != AF_INET) return false;
-  static constexpr std::uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(bytes.data(), kMapped, sizeof kMapped) != 0) return false;
-  return same_prefix(bytes.data() + 12, cidr.addr.data(), cidr.prefix);
 }
 
 std::optional<RateLimit> parse_rate_limit(std::string_view text, std::string& error) {

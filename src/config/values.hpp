@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "sluice/address.hpp"  // format_sockaddr, used with parsed addresses
+#include "sluice/cidr.hpp"     // cidr_contains, any_contains: matching parsed networks
 #include "sluice/config.hpp"
 
 namespace sluice {
@@ -25,14 +26,6 @@ std::optional<Endpoint> parse_address(std::string_view text, bool allow_port_zer
 // "::1" = /128). No brackets, no zone ids. An address with bits set below the
 // prefix ("10.1.2.3/8") is an error: the message names the network meant.
 std::optional<Cidr> parse_cidr(std::string_view text, std::string& error);
-
-// True when `addr` (AF_INET or AF_INET6; the port is ignored) lies in `cidr`.
-// An IPv4-mapped IPv6 address (::ffff:a.b.c.d, what a dual-stack socket
-// reports for IPv4 clients) is matched as the IPv4 address it carries, so an
-// IPv4 CIDR matches it; an IPv6 CIDR sees every IPv4 address in its mapped
-// form, so "::ffff:0:0/96" and "::/0" match IPv4 clients too. Other families
-// and null never match. Pure and allocation-free: safe on the data path.
-bool cidr_contains(const Cidr& cidr, const sockaddr* addr);
 
 // "100/s", "6000/m", "10000/h": a positive integer count per second, minute or
 // hour, stored as RateLimit::per_second.
