@@ -3,6 +3,7 @@ proxy_protocol`, HAProxy `accept-proxy`) and accepts it from trusted peers."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import struct
@@ -41,6 +42,19 @@ def wait_listening(port: int, proc: subprocess.Popen, what: str):
     raise AssertionError(f"{what} did not listen on {port}")
 
 
+@contextlib.contextmanager
+def serving(argv: list[str], port: int, what: str):
+    """Starts `argv`, waits until it listens on `port` and yields its address;
+    stops it on the way out."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_listening(port, proc, what)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.fixture
 def nginx_receiver(tmp_path):
     """nginx stream server that answers with the address the PROXY header carried."""
@@ -63,14 +77,8 @@ stream {{
   }}
 }}
 """)
-    proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    try:
-        wait_listening(port, proc, "nginx")
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with serving([NGINX, "-c", str(conf), "-p", str(tmp_path)], port, "nginx") as addr:
+        yield addr
 
 
 @pytest.fixture
@@ -92,13 +100,8 @@ frontend fe
   bind 127.0.0.1:{port} accept-proxy
   http-request return status 200 content-type text/plain lf-string "%[src] %[src_port]\\n"
 """)
-    proc = subprocess.Popen([HAPROXY, "-db", "-f", str(conf)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        wait_listening(port, proc, "haproxy")
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with serving([HAPROXY, "-db", "-f", str(conf)], port, "haproxy") as addr:
+        yield addr
 
 
 def header_echo_handler(backend, conn):
