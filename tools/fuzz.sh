@@ -45,14 +45,20 @@ done
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-"$build/tests/fuzz/fuzz_client_hello" \
-  -max_total_time="$half" \
-  -max_len=20000 \
-  -timeout=10 \
-  -rss_limit_mb=2048 \
-  -print_final_stats=1 \
-  -artifact_prefix="$artifacts/" \
-  "$corpus"
+
+# run_fuzzer TARGET MAX_LEN CORPUS: one target for half the time, findings in $artifacts.
+run_fuzzer() {
+  "$build/tests/fuzz/$1" \
+    -max_total_time="$half" \
+    -max_len="$2" \
+    -timeout=10 \
+    -rss_limit_mb=2048 \
+    -print_final_stats=1 \
+    -artifact_prefix="$artifacts/" \
+    "$3"
+}
+
+run_fuzzer fuzz_client_hello 20000 "$corpus"
 
 # PROXY protocol headers: v1 and v2 samples as seeds.
 pcorpus="$build/fuzz-corpus-proxy"
@@ -63,11 +69,4 @@ printf 'PROXY TCP6 2001:db8::1 ::1 1000 5432\r\nrest' > "$pcorpus/v1_tcp6"
 printf 'PROXY UNKNOWN\r\n' > "$pcorpus/v1_unknown"
 printf '\r\n\r\n\000\r\nQUIT\n\041\021\000\014\300\000\002\001\300\000\002\011\333\004\001\273' > "$pcorpus/v2_tcp4"
 printf '\r\n\r\n\000\r\nQUIT\n\040\000\000\000' > "$pcorpus/v2_local"
-"$build/tests/fuzz/fuzz_proxy_header" \
-  -max_total_time="$half" \
-  -max_len=5000 \
-  -timeout=10 \
-  -rss_limit_mb=2048 \
-  -print_final_stats=1 \
-  -artifact_prefix="$artifacts/" \
-  "$pcorpus"
+run_fuzzer fuzz_proxy_header 5000 "$pcorpus"
