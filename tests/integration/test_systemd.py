@@ -72,13 +72,7 @@ def test_logrotate_rules_rotate_a_live_log(sluice, backends, tmp_path):
     be = backends(harness.echo_handler)
     s = sluice([listener()], {"up": upstream(be)})
     for i in range(5):
-        c = s.connect()
-        try:
-            c.sendall(b"x")
-            c.shutdown(socket.SHUT_WR)
-            harness.recv_all(c)
-        finally:
-            c.close()
+        harness.exchange(*s.addr(), b"x")
     s.wait_records(5)
     rules = (CONF / "logrotate").read_text()
     rules = rules.replace("/var/log/sluice/*.log", str(s.access_log))
@@ -92,12 +86,6 @@ def test_logrotate_rules_rotate_a_live_log(sluice, backends, tmp_path):
     rotated = Path(str(s.access_log) + ".1")
     assert rotated.exists()
     s.log.wait_for(r"reopened \d+ log file")
-    c = s.connect()
-    try:
-        c.sendall(b"y")
-        c.shutdown(socket.SHUT_WR)
-        harness.recv_all(c)
-    finally:
-        c.close()
+    harness.exchange(*s.addr(), b"y")
     harness.wait_until(lambda: s.access_log.exists() and len(s.access_records()) == 1)
     assert len(rotated.read_text().splitlines()) == 5
