@@ -12,16 +12,8 @@ import pytest
 
 import dbpeers
 import harness
-from harness import listener, upstream
+from harness import banner_of, listener, upstream
 from test_probes import CHECKER_PASSWORD, pg_primary_standby, redis_pair  # noqa: F401  (fixtures)
-
-
-def banner_of(s) -> bytes:
-    c = s.connect()
-    try:
-        return harness.recv_line(c)
-    finally:
-        c.close()
 
 
 def test_tcp_check_takes_a_dead_server_out_before_clients_notice(sluice, backends):

@@ -391,6 +391,16 @@ def recv_line(sock: socket.socket, limit: int = 4096) -> bytes:
     return bytes(buf[:-1])
 
 
+def banner_of(s: Sluice, listener_name: str | None = None) -> bytes:
+    """Opens a session, reads the backend's banner (its first line, as
+    banner_handler sends it), closes; returns the banner."""
+    c = s.connect(listener_name)
+    try:
+        return recv_line(c)
+    finally:
+        c.close()
+
+
 def recv_all(sock: socket.socket, limit: int = 1 << 30) -> bytes:
     """Reads until EOF (the socket's timeout bounds each read)."""
     buf = bytearray()

@@ -9,15 +9,6 @@ import harness
 from harness import listener, upstream
 
 
-def banner_of(s, listener_name=None) -> str:
-    """Opens a session, reads the backend's banner, closes; returns the banner."""
-    c = s.connect(listener_name)
-    try:
-        return harness.recv_line(c).decode()
-    finally:
-        c.close()
-
-
 def down_rx(up: str, addr: str) -> str:
     return rf'upstream "{re.escape(up)}" server {re.escape(addr)} marked down: \S'
 
@@ -38,7 +29,7 @@ def test_refused_server_is_skipped_marked_down_and_recovers(sluice, backends):
     # (One at a time, each logged before the next, so records are in order.)
     n = 5
     for i in range(n):
-        assert banner_of(s) == "live"
+        assert harness.banner_of(s).decode() == "live"
         recs = s.wait_records(i + 1)
     assert [r["tries"] for r in recs] == ["2"] + ["1"] * (n - 1)
     assert all(r["server"] == live.address for r in recs)
@@ -54,7 +45,7 @@ def test_refused_server_is_skipped_marked_down_and_recovers(sluice, backends):
     deadline = time.monotonic() + 10
     while "revived" not in seen:
         assert time.monotonic() < deadline, f"no traffic to the revived server; saw {seen}"
-        seen.add(banner_of(s))
+        seen.add(harness.banner_of(s).decode())
         if "revived" not in seen:
             try:
                 # Paces the loop and returns early once sluice says it is up.
@@ -74,7 +65,7 @@ def test_max_fails_zero_never_marks_down(sluice, backends):
                {"up": upstream(dead_addr, live, balance="round_robin", max_fails=0)})
     n = 6
     for i in range(n):
-        assert banner_of(s) == "live"
+        assert harness.banner_of(s).decode() == "live"
         recs = s.wait_records(i + 1)
     # Never marked down, so round-robin keeps offering the dead server.
     assert sum(r["tries"] == "2" for r in recs) >= 2, recs
@@ -167,9 +158,9 @@ def test_backup_used_only_when_primaries_are_down(sluice, backends):
     up["servers"][1]["backup"] = True
     s = sluice([listener()], {"up": up})
     for _ in range(4):
-        assert banner_of(s) == "primary"
+        assert harness.banner_of(s).decode() == "primary"
     s.wait_records(4)
     # Primary gone: its port refuses, the retry goes to the backup.
     primary.stop()
-    assert banner_of(s) == "backup"
+    assert harness.banner_of(s).decode() == "backup"
     assert backup.counts()[0] == 1

@@ -70,11 +70,7 @@ def test_connect_timeout_retries_next_server(sluice, backends, black_hole):
                {"up": upstream(hole.address, live, balance="round_robin",
                                max_fails=1, fail_timeout="30s")})
     t0 = time.monotonic()
-    c = s.connect()
-    try:
-        assert harness.recv_line(c) == b"live"
-    finally:
-        c.close()
+    assert harness.banner_of(s) == b"live"
     elapsed = time.monotonic() - t0
     assert 0.25 <= elapsed < 3, f"served after {elapsed:.2f}s with connect_timeout=300ms"
     (rec,) = s.wait_records(1)
@@ -188,11 +184,7 @@ def test_max_connections_is_limit_reached(sluice, backends):
         for c in held:
             c.close()
     s.wait_records(3)
-    c = s.connect()
-    try:
-        assert harness.recv_line(c) == b"A", "limit released when sessions end"
-    finally:
-        c.close()
+    assert harness.banner_of(s) == b"A", "limit released when sessions end"
 
 
 def test_hash_on_client_ip_is_sticky(sluice, backends):
@@ -201,11 +193,7 @@ def test_hash_on_client_ip_is_sticky(sluice, backends):
     s = sluice([listener()], {"up": upstream(*bes, balance="hash", hash_key="client_ip")})
     seen = collections.Counter()
     for _ in range(10):
-        c = s.connect()
-        try:
-            seen[harness.recv_line(c).decode()] += 1
-        finally:
-            c.close()
+        seen[harness.banner_of(s).decode()] += 1
     assert len(seen) == 1 and sum(seen.values()) == 10, seen
 
 
