@@ -28,7 +28,7 @@ import time
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ALL_SYSTEMS = ["sluice", "haproxy", "nginx"]
-ALL_LOADS = ["conn", "rr", "bulk", "idle", "tls"]
+ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "idle", "tls", "sys", "sys_sc"]
 NGINX_STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
 TLS_NAMES = ["a.bench.test", "b.bench.test"]
 CONNECT_TIMEOUT_S = 5
@@ -42,6 +42,7 @@ PROFILES = {
         "bulk_bytes": 2 << 30, "bulk_c": 4,
         "idle_count": 2000,
         "tls_s": 10, "tls_c": 16,
+        "sys_s": 3,
     },
     "quick": {
         "conn_s": 1.5, "conn_c": 32, "payload": 64,
@@ -49,6 +50,7 @@ PROFILES = {
         "bulk_bytes": 256 << 20, "bulk_c": 4,
         "idle_count": 500,
         "tls_s": 1.5, "tls_c": 16,
+        "sys_s": 1,
     },
 }
 
@@ -198,6 +200,7 @@ class Backends:
         self.loadgen = loadgen
         self.workdir = workdir
         self.echo = self._serve(["--mode", "echo", "--listeners", "2"], "echo")
+        self.echo_close = self._serve(["--mode", "echo_close", "--listeners", "2"], "echo_close")
         self.source = self._serve(["--mode", "source", "--listeners", "2"], "source")
         self.tls = {}
         if want_tls:
@@ -431,6 +434,48 @@ def load_conn(ctx, proxy):
                                           "--payload", str(p["payload"])], p["conn_s"])
 
 
+def strace_summary(path):
+    """{syscall: calls} from `strace -c -U calls,name -o path`."""
+    calls = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 2 and parts[0].isdigit() and parts[1] != "total":
+                calls[parts[1]] = int(parts[0])
+    return calls
+
+
+def load_syscalls(ctx, proxy):
+    """System calls per short connection, counted by strace over every thread
+    of the proxy while one client makes connections one after another (so the
+    count does not depend on how events happen to batch). A count, not a
+    time: the same on a quiet or a noisy machine."""
+    if not shutil.which("strace"):
+        raise BenchError("strace not installed")
+    out = os.path.join(ctx.workdir, f"strace-{proxy.port}.txt")
+    tracer = ctx.procs.start(["strace", "-c", "-f", "-q", "-U", "calls,name", "-o", out,
+                              "-p", str(proxy.proc.pid)])
+    time.sleep(1.0)  # attaching to every thread takes a moment
+    try:
+        r = run_loadgen(ctx.loadgen, ["conn", "--target", f"127.0.0.1:{proxy.port}",
+                                      "--duration", str(ctx.profile["sys_s"]),
+                                      "--concurrency", "1", "--payload", str(ctx.profile["payload"])],
+                        ctx.profile["sys_s"] + 60)
+        time.sleep(SETTLE_S)
+    finally:
+        tracer.send_signal(signal.SIGINT)  # strace writes its summary on detach
+        try:
+            tracer.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        ctx.procs.stop(tracer)
+    calls = strace_summary(out)
+    conns = max(r["ops"], 1)
+    return {"calls_per_conn": sum(calls.values()) / conns,
+            "epoll_ctl_per_conn": calls.get("epoll_ctl", 0) / conns,
+            "conns": r["ops"], "errors": r["errors"], "first_error": r.get("first_error", "")}
+
+
 def load_rr(ctx, proxy):
     p = ctx.profile
     return rate_load(ctx, proxy, "rr", ["--concurrency", str(p["rr_c"]),
@@ -487,8 +532,9 @@ def load_tls(ctx, proxy):
                                          "--concurrency", str(p["tls_c"])], p["tls_s"])
 
 
-LOAD_FUNCS = {"conn": load_conn, "rr": load_rr, "bulk": load_bulk, "idle": load_idle,
-              "tls": load_tls}
+# The *_sc loads differ from their twins only in the backend (it closes first).
+LOAD_FUNCS = {"conn": load_conn, "conn_sc": load_conn, "rr": load_rr, "bulk": load_bulk,
+              "idle": load_idle, "tls": load_tls, "sys": load_syscalls, "sys_sc": load_syscalls}
 
 
 # --------------------------------------------------------------------------
@@ -498,6 +544,12 @@ def describe(load, p):
     return {
         "conn": f"short connections: connect, {p['payload']} B echo, close; "
                 f"{p['conn_c']} concurrent, {p['conn_s']} s",
+        "conn_sc": f"short connections, the server closes first: connect, {p['payload']} B echo, "
+                   f"the server closes, then the client; {p['conn_c']} concurrent, {p['conn_s']} s",
+        "sys": f"system calls per short connection (strace -c -f over every proxy thread), "
+               f"client closes first; one client, {p['sys_s']} s",
+        "sys_sc": f"system calls per short connection (strace -c -f over every proxy thread), "
+                  f"server closes first; one client, {p['sys_s']} s",
         "rr": f"keep-alive request/response: {p['rr_size']} B each way on "
               f"{p['rr_c']} persistent connections, {p['rr_s']} s",
         "bulk": f"bulk download: {p['bulk_bytes'] / (1 << 30):g} GiB from a streaming backend "
@@ -519,7 +571,11 @@ COLUMNS = {
              ("rss_after", "RSS after KiB", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}")],
     "tls": [("rate", "conn/s", "{:.0f}"), ("p50_us", "p50 µs", "{:.0f}"),
             ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}")],
+    "sys": [("calls_per_conn", "syscalls/conn", "{:.2f}"), ("epoll_ctl_per_conn", "epoll_ctl/conn", "{:.2f}"),
+            ("conns", "connections", "{:.0f}")],
 }
+COLUMNS["conn_sc"] = COLUMNS["conn"]
+COLUMNS["sys_sc"] = COLUMNS["sys"]
 
 
 # Ratios printed under each table: (key, label). A rate ratio above 1 means sluice
@@ -530,7 +586,10 @@ RATIOS = {
     "bulk": [("rate", "throughput"), ("cpu_per_op", "CPU/GB")],
     "idle": [("bytes_per_conn", "memory/conn"), ("cpu_per_op", "CPU/conn to open")],
     "tls": [("rate", "rate"), ("cpu_per_op", "CPU/conn")],
+    "sys": [("calls_per_conn", "syscalls/conn"), ("epoll_ctl_per_conn", "epoll_ctl/conn")],
 }
+RATIOS["conn_sc"] = RATIOS["conn"]
+RATIOS["sys_sc"] = RATIOS["sys"]
 
 
 def median_of(runs, key):
@@ -609,6 +668,10 @@ def print_table(load, summary, systems, profile):
 HEADLINES = [
     ("conn", "rate", "short connections, conn/s", "{:.0f}"),
     ("conn", "cpu_per_op", "short connections, CPU µs/conn", "{:.1f}"),
+    ("conn_sc", "rate", "short, server closes first, conn/s", "{:.0f}"),
+    ("conn_sc", "cpu_per_op", "short, server closes first, CPU µs/conn", "{:.1f}"),
+    ("sys", "calls_per_conn", "syscalls/conn, client closes first", "{:.2f}"),
+    ("sys_sc", "calls_per_conn", "syscalls/conn, server closes first", "{:.2f}"),
     ("rr", "rate", "keep-alive, req/s", "{:.0f}"),
     ("rr", "p99_us", "keep-alive, p99 µs", "{:.0f}"),
     ("rr", "cpu_per_op", "keep-alive, CPU µs/req", "{:.2f}"),
@@ -657,7 +720,7 @@ def parse_args():
     ap.add_argument("--only", default=",".join(ALL_SYSTEMS),
                     help="comma-separated systems (sluice,haproxy,nginx)")
     ap.add_argument("--loads", default=",".join(ALL_LOADS),
-                    help="comma-separated loads (conn,rr,bulk,idle,tls)")
+                    help="comma-separated loads (" + ",".join(ALL_LOADS) + ")")
     ap.add_argument("--quick", action="store_true", help="short smoke run (about 30 s)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per load; figures are medians")
     ap.add_argument("--json", metavar="FILE", help="also write every run's raw figures here")
@@ -692,7 +755,7 @@ def main():
     try:
         backends = Backends(procs, args.loadgen, workdir, "tls" in args.load_list)
         ctx = Context()
-        ctx.procs, ctx.loadgen, ctx.profile = procs, args.loadgen, profile
+        ctx.procs, ctx.loadgen, ctx.profile, ctx.workdir = procs, args.loadgen, profile, workdir
         for rep in range(args.repeat):
             # Rotate the order so that no system always runs first or last.
             k = rep % len(args.systems)
@@ -706,6 +769,8 @@ def main():
                         shape = {"plain": backends.source}
                     elif load == "tls":
                         shape = {"tls": backends.tls}
+                    elif load.endswith("_sc"):
+                        shape = {"plain": backends.echo_close}
                     else:
                         shape = {"plain": backends.echo}
                     proxy = None

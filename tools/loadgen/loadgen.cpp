@@ -14,7 +14,7 @@ namespace {
 void usage(FILE* out) {
   std::fputs(
       "usage: loadgen COMMAND [options]\n"
-      "  serve --mode echo|sink|source|banner [--port 0] [--host 127.0.0.1]\n"
+      "  serve --mode echo|echo_close|sink|source|banner [--port 0] [--host 127.0.0.1]\n"
       "        [--listeners K] [--tls CERT KEY]\n"
       "        prints 'listening PORT' per listener, serves until SIGTERM\n"
       "  conn  --target HOST:PORT [--duration S] [--concurrency C] [--payload N]\n"

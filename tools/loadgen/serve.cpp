@@ -19,7 +19,9 @@
 namespace loadgen {
 namespace {
 
-enum class Mode { echo, sink, source, banner };
+// echo_close: echoes the first read, then closes (the server sends FIN first,
+// as HTTP/1.0 servers and database logouts do).
+enum class Mode { echo, sink, source, banner, echo_close };
 
 struct ServerContext {
   Poller* poller = nullptr;
@@ -66,7 +68,8 @@ class PlainConn : public Handler {
       case Mode::source: return on_source(events);
       case Mode::sink: return on_sink();
       case Mode::echo:
-      case Mode::banner: return on_echo(events);
+      case Mode::banner:
+      case Mode::echo_close: return on_echo(events);
     }
   }
 
@@ -114,6 +117,7 @@ class PlainConn : public Handler {
       }
       offset_ += static_cast<std::size_t>(w);
       pending_ -= static_cast<std::size_t>(w);
+      if (pending_ == 0 && ctx_.mode == Mode::echo_close) return finish();
       if (pending_ == 0) ctx_.poller->modify(fd_, EPOLLIN, this);
       return;
     }
@@ -133,6 +137,8 @@ class PlainConn : public Handler {
       offset_ = static_cast<std::size_t>(w);
       pending_ = static_cast<std::size_t>(n - w);
       ctx_.poller->modify(fd_, EPOLLOUT, this);
+    } else if (ctx_.mode == Mode::echo_close) {
+      finish();
     }
   }
 
@@ -262,8 +268,10 @@ int run_serve(const Options& opts) {
     ctx.mode = Mode::source;
   } else if (mode == "banner") {
     ctx.mode = Mode::banner;
+  } else if (mode == "echo_close") {
+    ctx.mode = Mode::echo_close;
   } else {
-    std::fprintf(stderr, "loadgen serve: --mode must be echo, sink, source or banner\n");
+    std::fprintf(stderr, "loadgen serve: --mode must be echo, echo_close, sink, source or banner\n");
     return 2;
   }
   if (opts.has("tls")) {
