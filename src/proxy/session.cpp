@@ -248,7 +248,10 @@ void Session::on_proxy_header_data(const char* data, std::size_t len) {
   }
   if (!h.local) {
     std::memcpy(&peer_, &h.source, h.source.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
-    std::memcpy(&proxied_destination_, &h.destination, sizeof h.destination);
+    if (h.destination.ss_family == AF_INET || h.destination.ss_family == AF_INET6) {
+      std::memcpy(&proxied_destination_, &h.destination,
+                  h.destination.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    }
   }
   std::vector<std::uint8_t> rest(proxy_header_.begin() + static_cast<std::ptrdiff_t>(h.length), proxy_header_.end());
   proxy_header_ = {};
@@ -375,7 +378,8 @@ void Session::on_connected() {
 // client's address (or the one a trusted proxy gave us) and the address it
 // connected to.
 void Session::append_proxy_header(std::vector<std::uint8_t>& out, ProxyProtocol version) {
-  sockaddr_storage destination = proxied_destination_;
+  sockaddr_storage destination{};
+  std::memcpy(&destination, &proxied_destination_, sizeof proxied_destination_);
   if (destination.ss_family == 0) {
     int len = sizeof destination;
     uv_tcp_getsockname(&client_, reinterpret_cast<sockaddr*>(&destination), &len);

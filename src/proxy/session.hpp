@@ -122,10 +122,20 @@ class Session {
   uv_timer_t timer_{};
   HandleOwner timer_owner_{};
   uv_write_t initial_write_{};
-  bool server_open_ = false;     // server_ initialised and not yet closed
-  bool server_closing_ = false;  // uv_close(server_) issued, callback pending
-  bool counted_ = false;         // counted in the connection totals
   int open_handles_ = 0;
+
+  // Flags, side by side so that they share words.
+  bool server_open_ = false;       // server_ initialised and not yet closed
+  bool server_closing_ = false;    // uv_close(server_) issued, callback pending
+  bool counted_ = false;           // counted in the connection totals
+  bool connected_ = false;
+  bool client_counted_ = false;    // holds a slot in the listener's ClientTable
+  bool awaiting_proxy_ = false;    // accept_proxy: the PROXY header is not complete yet
+  bool quiet_ = false;             // refused by policy: counted, no access record
+  bool half_closed_ = false;       // a FIN has been seen: fin_timeout applies
+  bool client_fin_first_ = false;
+  bool pg_ssl_ = false;            // the server must be asked for TLS (SSLRequest) before forward_
+  bool client_reading_ = false;    // the session reads the client (before c2s_ takes over)
 
   Pump c2s_;
   Pump s2c_;
@@ -134,17 +144,10 @@ class Session {
   // Times in loop milliseconds (uv_now).
   std::uint64_t start_ms_ = 0;
   std::uint64_t connected_ms_ = 0;
-  bool connected_ = false;
   std::uint64_t interim_at_ms_ = 0;     // next interim access record (log_interval); 0 = off
   std::uint64_t keepalive_at_ms_ = 0;  // when to turn on the server leg's keepalive; 0 = done or off
-  bool client_counted_ = false;
-  bool awaiting_proxy_ = false;               // accept_proxy: the PROXY header is not complete yet
-  std::vector<std::uint8_t> proxy_header_;    // its bytes so far
-  sockaddr_storage proxied_destination_{};    // the destination it carried (family 0 = none)  // holds a slot in the listener's ClientTable
-  bool quiet_ = false;           // refused by policy: counted, no access record
+  std::vector<std::uint8_t> proxy_header_;    // accept_proxy: its bytes so far
   std::uint64_t last_activity_ms_ = 0;
-  bool half_closed_ = false;        // a FIN has been seen: fin_timeout applies
-  bool client_fin_first_ = false;
   std::uint64_t timer_due_ms_ = 0;  // when the timer fires; 0 = not armed
   std::uint64_t close_at_ms_ = 0;   // scheduled end (drain); 0 = none
   static constexpr std::uint32_t kUnsampled = 0xffffffff;
@@ -157,20 +160,22 @@ class Session {
   // Preread: the stage while it runs, then the bytes for the server.
   std::unique_ptr<PrereadStage> stage_;
   std::vector<std::uint8_t> forward_;  // sent to the server first; freed once written
-  bool pg_ssl_ = false;                // the server must be asked for TLS (SSLRequest) before forward_
   std::uint64_t pg_deadline_ms_ = 0;   // waiting for the server's 'S' until then
-  bool client_reading_ = false;  // the session reads the client (before c2s_ takes over)
   ssize_t client_end_ = 0;       // EOF or error read while connecting
   std::string sni_;
   std::string alpn_;
 
-  // The client's address as accepted; formatted only when a log line or a
-  // hash key asks for it. AF_UNSPEC when it was not read (see begin()).
-  union {
+  // An IPv4 or IPv6 address in 28 bytes (a sockaddr_storage is 128).
+  union SockAddr {
     sockaddr sa;
     sockaddr_in in4;
     sockaddr_in6 in6;
-  } peer_{};
+  };
+  // The client's address as accepted; formatted only when a log line or a
+  // hash key asks for it. AF_UNSPEC when it was not read (see begin()).
+  SockAddr peer_{};
+  // accept_proxy: the destination the PROXY header carried (AF_UNSPEC = none).
+  SockAddr proxied_destination_{};
 };
 
 }  // namespace sluice
