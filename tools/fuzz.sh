@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (ClientHello parser, PROXY protocol header
-# parser) with clang + ASan/UBSan in their own build dir and runs each for
-# half of SECONDS, starting from captured hellos and sample headers.
+# parser, configuration loader and validator) with clang + ASan/UBSan in their
+# own build dir and runs each for a third of SECONDS, starting from captured
+# hellos, sample headers and the shipped and broken configuration files.
 #
 #   tools/fuzz.sh [SECONDS] [BUILD_DIR]    (defaults: 60, build-fuzz)
 #
@@ -25,8 +26,8 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_sanitize=address,undefined -Db_lundef=false
 fi
 # Only the fuzz target: the rest of the tree is not needed here.
-ninja -C "$build" tests/fuzz/fuzz_client_hello tests/fuzz/fuzz_proxy_header
-half=$(( (seconds + 1) / 2 ))
+ninja -C "$build" tests/fuzz/fuzz_client_hello tests/fuzz/fuzz_proxy_header tests/fuzz/fuzz_config
+share=$(( (seconds + 2) / 3 ))
 
 # A fresh scratch corpus each run: the captured hellos as they are, and each
 # behind the 3-byte parameter prefix the target reads (cap 16384, a split seed)
@@ -46,10 +47,10 @@ done
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
-# run_fuzzer TARGET MAX_LEN CORPUS: one target for half the time, findings in $artifacts.
+# run_fuzzer TARGET MAX_LEN CORPUS: one target for its share of the time, findings in $artifacts.
 run_fuzzer() {
   "$build/tests/fuzz/$1" \
-    -max_total_time="$half" \
+    -max_total_time="$share" \
     -max_len="$2" \
     -timeout=10 \
     -rss_limit_mb=2048 \
@@ -70,3 +71,10 @@ printf 'PROXY UNKNOWN\r\n' > "$pcorpus/v1_unknown"
 printf '\r\n\r\n\000\r\nQUIT\n\041\021\000\014\300\000\002\001\300\000\002\011\333\004\001\273' > "$pcorpus/v2_tcp4"
 printf '\r\n\r\n\000\r\nQUIT\n\040\000\000\000' > "$pcorpus/v2_local"
 run_fuzzer fuzz_proxy_header 5000 "$pcorpus"
+
+# Configuration files: the shipped examples and the broken-file corpus.
+ccorpus="$build/fuzz-corpus-config"
+rm -rf "$ccorpus"
+mkdir -p "$ccorpus"
+cp "$root"/conf/*.toml "$root"/tests/data/bad-configs/*.toml "$ccorpus/"
+run_fuzzer fuzz_config 8192 "$ccorpus"
