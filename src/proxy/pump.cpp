@@ -1,5 +1,9 @@
 #include "proxy/pump.hpp"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include "proxy/buffer_pool.hpp"
 #include "proxy/session.hpp"
 
@@ -59,6 +63,10 @@ void Pump::on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
     p->reading = false;
     p->eof = true;
     p->session->on_pump_eof(*p);
+    if (uv_stream_get_write_queue_size(p->dst) == 0) {
+      p->send_fin_now();
+      return;
+    }
     p->shutdown_req.data = p;
     int r = uv_shutdown(&p->shutdown_req, p->dst, on_shutdown);
     if (r < 0) p->session->on_pump_error(*p, r, true);
@@ -127,6 +135,21 @@ void Pump::after_write_progress() {
   paused = false;
   int r = start();
   if (r < 0) session->on_pump_error(*this, r, false);
+}
+
+// Nothing is queued for dst: the FIN goes now, with shutdown(2) itself.
+// uv_shutdown would arm POLLOUT, wait a loop iteration for it and disarm it
+// again: two epoll_ctl calls per direction for nothing.
+void Pump::send_fin_now() {
+  uv_os_fd_t fd = -1;
+  int r = uv_fileno(reinterpret_cast<uv_handle_t*>(dst), &fd);
+  if (r == 0 && ::shutdown(fd, SHUT_WR) != 0) r = uv_translate_sys_error(errno);
+  if (r < 0) {
+    session->on_pump_error(*this, r, true);
+    return;
+  }
+  fin_sent = true;
+  session->on_pump_fin_sent(*this);
 }
 
 void Pump::on_shutdown(uv_shutdown_t* req, int status) {

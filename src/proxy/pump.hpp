@@ -61,6 +61,7 @@ struct Pump : HandleOwner {
  private:
   void handle_data(char* base, std::size_t len);
   void after_write_progress();
+  void send_fin_now();
 };
 
 }  // namespace sluice
