@@ -87,6 +87,8 @@ struct StatusRange {
   int high = 399;  // inclusive
 };
 
+enum class ProxyProtocol { none, v1, v2 };
+
 struct HealthConfig {
   HealthType type = HealthType::tcp;
   Duration interval = std::chrono::seconds(2);   // end of one check to start of the next
@@ -108,6 +110,10 @@ struct HealthConfig {
   std::string send;
   std::string expect;
   ExpectMatch expect_match = ExpectMatch::prefix;
+  // The upstream's proxy_protocol: tcp, http and send_expect checks send the
+  // header first (with the check connection's own addresses), as the
+  // server expects it on every connection. Not a key of the table.
+  ProxyProtocol send_proxy = ProxyProtocol::none;
   // redis
   RedisRole redis_role = RedisRole::any;         // key "role"
   // postgres
@@ -120,7 +126,6 @@ struct HealthConfig {
 };
 
 enum class AllDown { fail_closed, fail_open };
-enum class ProxyProtocol { none, v1, v2 };
 
 struct UpstreamConfig {
   std::string name;

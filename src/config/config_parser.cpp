@@ -350,6 +350,7 @@ class Parser {
       const auto* health_table = health->as_table();
       if (health_table == nullptr) r.fail_type("health", *health, "a table ([upstream.NAME.health])");
       u.health = config_detail::parse_health(*health_table, context + " health", path_);
+      u.health->send_proxy = u.proxy_protocol;
     }
     return u;
   }

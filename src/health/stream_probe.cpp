@@ -1,10 +1,14 @@
 #include "health/stream_probe.hpp"
 
 #include <utility>
+#include <vector>
+
+#include "preread/proxy_protocol.hpp"
 
 namespace sluice::health {
 
 void StreamProbe::begin() {
+  header_pending_ = false;
   conn_ = handles_.add(new Conn(this));
   uv_tcp_init(loop_, &conn_->uv);
   conn_->connect.data = conn_;
@@ -41,7 +45,30 @@ void StreamProbe::on_connect(uv_connect_t* req, int status) {
     self->finish(false, uv_strerror(rc));
     return;
   }
+  if (self->config().send_proxy != ProxyProtocol::none) {
+    self->send_proxy_header();
+    return;
+  }
   self->on_connected();
+}
+
+void StreamProbe::send_proxy_header() {
+  sockaddr_storage local{};
+  sockaddr_storage peer{};
+  int len = sizeof local;
+  uv_tcp_getsockname(&conn_->uv, reinterpret_cast<sockaddr*>(&local), &len);
+  len = sizeof peer;
+  uv_tcp_getpeername(&conn_->uv, reinterpret_cast<sockaddr*>(&peer), &len);
+  std::vector<std::uint8_t> header;
+  const auto* src = reinterpret_cast<const sockaddr*>(&local);
+  const auto* dst = reinterpret_cast<const sockaddr*>(&peer);
+  if (config().send_proxy == ProxyProtocol::v1) {
+    preread::append_v1(header, src, dst);
+  } else {
+    preread::append_v2(header, src, dst, {}, {});
+  }
+  header_pending_ = true;
+  send(std::string(header.begin(), header.end()));
 }
 
 void StreamProbe::on_write(uv_write_t* req, int status) {
@@ -49,6 +76,11 @@ void StreamProbe::on_write(uv_write_t* req, int status) {
   if (self == nullptr) return;
   if (status < 0) {
     self->finish(false, std::string("write failed: ") + uv_strerror(status));
+    return;
+  }
+  if (self->header_pending_) {
+    self->header_pending_ = false;
+    self->on_connected();
     return;
   }
   self->on_sent();

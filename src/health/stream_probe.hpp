@@ -45,7 +45,12 @@ class StreamProbe : public Probe {
   static void on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
   static void on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
 
+  // Sends the PROXY protocol header (send_proxy); on_connected() follows
+  // once it is written.
+  void send_proxy_header();
+
   Conn* conn_ = nullptr;
+  bool header_pending_ = false;
 };
 
 }  // namespace sluice::health

@@ -20,7 +20,8 @@ bool same_check(const HealthConfig& a, const HealthConfig& b) {
          a.host == b.host && ranges_equal(a.expect_status, b.expect_status) && a.expect_body == b.expect_body &&
          a.send == b.send && a.expect == b.expect && a.expect_match == b.expect_match &&
          a.redis_role == b.redis_role && a.postgres_role == b.postgres_role && a.user == b.user &&
-         a.database == b.database && a.sslmode == b.sslmode && a.password_file == b.password_file;
+         a.database == b.database && a.sslmode == b.sslmode && a.password_file == b.password_file &&
+         a.send_proxy == b.send_proxy;
 }
 
 namespace {

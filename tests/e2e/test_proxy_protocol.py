@@ -4,6 +4,7 @@ proxy_protocol`, HAProxy `accept-proxy`) and accepts it from trusted peers."""
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import socket
 import struct
@@ -292,3 +293,27 @@ def test_acl_applies_to_the_carried_address(sluice, backends):
         assert harness.recv_exact(c, 2) == b"ok"
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_health_checks_send_the_header_too(sluice, nginx_receiver, version, tmp_path):
+    """A server that wants the PROXY header on every connection (nginx
+    `listen ... proxy_protocol` closes on a broken header) passes sluice's
+    send_expect check only because the check sends the header first."""
+    health = {"type": "send_expect", "send": "", "expect": "127.0.0.1 ", "interval": "200ms",
+              "timeout": "1s", "rise": 1, "fall": 1, "initial": "down"}
+    s = sluice([listener()], {"up": upstream(nginx_receiver, proxy_protocol=version, health=health)})
+    s.log.wait_for(rf"server {re.escape(nginx_receiver)} is up \(active check\)", timeout=5)
+    assert harness.banner_of(s).startswith(b"127.0.0.1 ")
+
+
+def test_health_check_without_the_header_fails_against_such_a_server(sluice, nginx_receiver):
+    health = {"type": "send_expect", "send": "", "expect": "127.0.0.1 ", "interval": "200ms",
+              "timeout": "1s", "rise": 1, "fall": 1, "initial": "down"}
+    s = sluice([listener()], {"up": upstream(nginx_receiver, health=health)})
+    time.sleep(1.5)  # seven checks, each refused by nginx's "broken header"
+    assert not s.log.matches(r"is up \(active check\)")
+    c = harness.connect(*s.addr())
+    harness.wait_closed(c)
+    c.close()
+    assert s.wait_records(1)[0]["cause"] == "no_server"
