@@ -15,6 +15,7 @@ packages=(
   haproxy nginx libnginx-mod-stream   # PROXY protocol receivers in tests; the benchmark's peers
   nlohmann-json3-dev   # the admin API's JSON
   prometheus chromium   # promtool checks /metrics; a headless browser loads the status page
+  python3-matplotlib   # the L4/L7 routing comparison draws its chart (tools/compare_routing.py)
 )
 
 missing=()
