@@ -4,10 +4,12 @@
 #   2. unit tests (doctest), integration and end-to-end tests (pytest, real
 #      sockets on loopback, real openssl peers), a bounded fuzz run;
 #   3. the same unit, integration and e2e tests again on an
-#      AddressSanitizer + UndefinedBehaviorSanitizer build.
+#      AddressSanitizer + UndefinedBehaviorSanitizer build;
+#   4. the unit tests and the tests where threads share state (several
+#      workers, reload, admin API, health checks) on a ThreadSanitizer build.
 # Ends with one line "N passed, N failed". Exit status 0 only if nothing failed.
 #
-# Options: --quick (skip the sanitizer pass and the fuzz run),
+# Options: --quick (skip the sanitizer passes and the fuzz run),
 #          --fuzz-seconds N (default 60).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,13 +69,65 @@ run_step() {  # name, command...
   fi
 }
 
-suite() {  # build dir, label
+unit_tests() {  # build dir, label
   local dir=$1 label=$2
   for t in config balance preread runtime log health admin; do
     run_step "$label unit $t" "$dir/tests/unit/$t/test_$t"
   done
+}
+
+suite() {  # build dir, label
+  local dir=$1 label=$2
+  unit_tests "$dir" "$label"
   run_step "$label integration+e2e" env SLUICE_BIN="$PWD/$dir/sluice" \
     "$py" -m pytest -q -p no:cacheprovider tests/integration tests/e2e
+}
+
+# Where threads share state: two workers (least_conn counts, per-client
+# limits, accept back-off, real database clients), reload and stop (the
+# control loop hands new snapshots to the workers), the admin API and the
+# health checks (on the control loop, reading and changing what the workers
+# use), and the logging thread (reopen, a stalled pipe).
+tsan_tests=(
+  tests/integration/test_balance.py
+  tests/integration/test_access_control.py
+  tests/integration/test_lifecycle.py
+  tests/integration/test_defects.py::test_accept_backs_off_when_out_of_fds
+  tests/integration/test_reload.py
+  tests/integration/test_admin.py
+  tests/integration/test_health.py
+  tests/integration/test_log_files.py
+  tests/e2e/test_active_health.py
+  tests/e2e/test_databases.py
+  tests/e2e/test_postgres_sni.py
+)
+
+# Passes when no ThreadSanitizer report was written to $1 (a directory);
+# otherwise prints the first report whole and the summary line of each.
+no_tsan_reports() {
+  local reports=("$1"/tsan.*)
+  [[ -e "${reports[0]}" ]] || return 0
+  echo "${#reports[@]} ThreadSanitizer report file(s) in $1"
+  grep -h '^SUMMARY: ThreadSanitizer' "${reports[@]}" | sort | uniq -c
+  cat "${reports[0]}"
+  return 1
+}
+
+tsan_suite() {  # build dir
+  local dir=$1 reports="$PWD/$1/tsan-reports"
+  rm -rf "$reports"
+  mkdir -p "$reports"
+  # Reports go to files so that none is lost in a process whose output no
+  # test reads; halt_on_error makes the process fail its test as well.
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 log_path=$reports/tsan"
+  # Only for reports inside third-party libraries; none are needed today.
+  if [[ -f tools/tsan.supp ]]; then
+    TSAN_OPTIONS+=" suppressions=$PWD/tools/tsan.supp"
+  fi
+  unit_tests "$dir" "tsan"
+  run_step "tsan integration+e2e (threads sharing state)" env SLUICE_BIN="$PWD/$dir/sluice" \
+    "$py" -m pytest -q -p no:cacheprovider "${tsan_tests[@]}"
+  run_step "tsan reports" no_tsan_reports "$reports"
 }
 
 echo "== build (warnings are errors)"
@@ -84,12 +138,18 @@ fi
 suite build-ci "default build"
 
 if [[ $quick -eq 0 ]]; then
-  run_step "fuzz ClientHello and PROXY header parsers ${fuzz_seconds}s" tools/fuzz.sh "$fuzz_seconds"
+  run_step "fuzz ClientHello, PROXY header and configuration parsers ${fuzz_seconds}s" tools/fuzz.sh "$fuzz_seconds"
   echo "== build with AddressSanitizer + UndefinedBehaviorSanitizer"
   if tools/build.sh build-asan -Dstrict=true -Db_sanitize=address,undefined -Db_lundef=false; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     suite build-asan "asan+ubsan"
+  else
+    failed=$((failed + 1))
+  fi
+  echo "== build with ThreadSanitizer"
+  if tools/build.sh build-tsan -Dstrict=true -Db_sanitize=thread -Db_lundef=false; then
+    tsan_suite build-tsan
   else
     failed=$((failed + 1))
   fi
