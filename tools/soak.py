@@ -189,7 +189,7 @@ class Load:
 
     def run(self, seconds, tally):
         """One loadgen run of `seconds`; adds its sessions to `tally` and the
-        readings taken meanwhile to `tally.peak`."""
+        readings taken meanwhile to `tally.peak`. Returns loadgen's report."""
         proc = self.procs.start([self.loadgen, *self.args, "--duration", f"{seconds:.3f}"],
                                 log_path=self.log, stdout=subprocess.PIPE)
         try:
@@ -207,26 +207,27 @@ class Load:
             self.procs.stop(proc)
         if not lines or not lines[-1].startswith("{"):
             raise SoakError(f"loadgen reported nothing (exit {proc.returncode}): {tail(self.log)}")
-        tally.add_run(json.loads(lines[-1]))
+        result = json.loads(lines[-1])
+        tally.add_run(result)
+        return result
 
     def until(self, sessions, deadline, tally, run_seconds, after_run=None):
         """Runs loadgen until `tally` holds `sessions` sessions or `deadline`
         passes, calling `after_run(tally, elapsed)` after each run.
 
         Runs last at most `run_seconds`. The first one is short, to learn the
-        rate; later ones are sized from it so that the last ends near `sessions`.
+        rate; each later one is sized from the rate of the one before, which
+        follows a rate that changes (a sanitized build warms up slowly) better
+        than the average, so that the last run ends near `sessions`.
         """
         started = time.monotonic()
+        rate = 0.0
         while tally.sessions < sessions:
             left = deadline - time.monotonic()
             if left < MIN_CHUNK_S:
                 break
-            seconds = min(run_seconds, left, FIRST_RUN_S)
-            if tally.sessions > 0:
-                rate = tally.sessions / (time.monotonic() - started)
-                wanted = max(MIN_CHUNK_S, (sessions - tally.sessions) / rate)
-                seconds = min(run_seconds, left, wanted)
-            self.run(seconds, tally)
+            wanted = max(MIN_CHUNK_S, (sessions - tally.sessions) / rate) if rate > 0 else FIRST_RUN_S
+            rate = self.run(min(run_seconds, left, wanted), tally)["rate"]
             if after_run:
                 after_run(tally, time.monotonic() - started)
 
@@ -335,8 +336,19 @@ def soak(args, procs, workdir):
     return 0 if all(c.ok for c in results) else 1
 
 
+def bound_asan_quarantine():
+    """AddressSanitizer keeps freed blocks out of use in a quarantine of up
+    to 256 MB, so the RSS of a sanitized build grows for minutes by design.
+    A small quarantine fills during the warm-up and still catches a use of a
+    block freed shortly before. Options set by the caller win."""
+    options = os.environ.get("ASAN_OPTIONS", "")
+    if "quarantine_size_mb" not in options:
+        os.environ["ASAN_OPTIONS"] = ":".join(filter(None, [options, "quarantine_size_mb=4"]))
+
+
 def main():
     args = parse_args()
+    bound_asan_quarantine()
     for name, path in (("sluice", args.sluice), ("loadgen", args.loadgen)):
         if not os.access(path, os.X_OK):
             print(f"soak: {name} not found at {path} (build it first)", file=sys.stderr)
