@@ -6,7 +6,6 @@ build for people to look at)."""
 from __future__ import annotations
 
 import html
-import html.parser
 import os
 import re
 import shutil
@@ -22,34 +21,10 @@ import pytest
 import harness
 from fixtures import default_global
 from harness import listener, upstream
+from status_rows import StatusPageRows
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_TIMEOUT = 90
-
-
-class Rows(html.parser.HTMLParser):
-    """Collects the server rows: data-server -> {"class", "text"}."""
-
-    def __init__(self):
-        super().__init__()
-        self.rows: dict[str, dict] = {}
-        self.tags: list[tuple[str, dict]] = []
-        self._cur: dict | None = None
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        self.tags.append((tag, a))
-        if tag == "tr" and "data-server" in a:
-            self._cur = {"class": a.get("class") or "", "text": ""}
-            self.rows[a["data-server"]] = self._cur
-
-    def handle_endtag(self, tag):
-        if tag == "tr":
-            self._cur = None
-
-    def handle_data(self, data):
-        if self._cur is not None:
-            self._cur["text"] += data
 
 
 def chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
@@ -140,7 +115,7 @@ def test_status_page_in_headless_chromium(tmp_path, backends):
 
         profile = tmp_path / "chromium-profile"
         dom = dump_dom(url, profile)
-        p = Rows()
+        p = StatusPageRows()
         p.feed(dom)
         assert set(p.rows) == {a.address, b.address}, f"server rows {p.rows}; DOM:\n{dom[:2000]}"
         for addr, row in p.rows.items():
@@ -161,7 +136,7 @@ def test_status_page_in_headless_chromium(tmp_path, backends):
         with urllib.request.urlopen(req, timeout=10) as r:
             assert r.status == 200
         dom = dump_dom(url, profile)
-        p = Rows()
+        p = StatusPageRows()
         p.feed(dom)
         assert "state-drained" in p.rows[b.address]["class"].split(), p.rows
         assert "drained" in p.rows[b.address]["text"], p.rows

@@ -5,7 +5,6 @@ reach the data path."""
 
 from __future__ import annotations
 
-import html.parser
 import http.client
 import json
 import os
@@ -22,6 +21,7 @@ import pytest
 import harness
 from fixtures import default_global
 from harness import listener, upstream
+from status_rows import StatusPageRows
 
 ADMIN_RX = r"admin API listening on (?P<addr>\S+)"
 HTTP_TIMEOUT = 10.0
@@ -309,30 +309,9 @@ def poll(fetch, ok, timeout: float = 5.0, interval: float = 0.05):
         time.sleep(interval)
 
 
-class _Rows(html.parser.HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.rows: dict[str, dict] = {}
-        self._cur: dict | None = None
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "tr" and "data-server" in a:
-            self._cur = {"class": a.get("class") or "", "text": ""}
-            self.rows[a["data-server"]] = self._cur
-
-    def handle_endtag(self, tag):
-        if tag == "tr":
-            self._cur = None
-
-    def handle_data(self, data):
-        if self._cur is not None:
-            self._cur["text"] += data
-
-
 def server_rows(page: str) -> dict[str, dict]:
     """data-server -> {"class", "text"} of each server row of the status page."""
-    p = _Rows()
+    p = StatusPageRows()
     p.feed(page)
     return p.rows
 
