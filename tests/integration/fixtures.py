@@ -59,6 +59,11 @@ def sluice(tmp_path):
         return s
 
     yield make
+    stop_all_cleanly(started)
+
+
+def stop_all_cleanly(started) -> None:
+    """Stops every started sluice; fails the test when one did not exit 0."""
     problems = []
     for s in started:
         if s.proc is None:

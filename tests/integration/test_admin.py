@@ -19,7 +19,7 @@ import urllib.parse
 import pytest
 
 import harness
-from fixtures import default_global
+from fixtures import default_global, stop_all_cleanly
 from harness import listener, upstream
 from status_rows import StatusPageRows
 
@@ -81,16 +81,7 @@ def admin_sluice(tmp_path):
         return s
 
     yield make
-    problems = []
-    for s in started:
-        if s.proc is None:
-            continue
-        rc = s.stop()
-        if rc != 0:
-            tail = "\n".join(s.log.lines[-40:]) if s.log else ""
-            problems.append(f"{s.config_path.name}: exit status {rc} after SIGTERM (want 0)\n{tail}")
-    if problems:
-        pytest.fail("\n\n".join(problems), pytrace=False)
+    stop_all_cleanly(started)
 
 
 # --------------------------------------------------------------------------
