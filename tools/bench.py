@@ -5,8 +5,10 @@ Every system gets the same backends, the same loads and one worker thread.
 For each load the script records the proxy's own CPU time (utime + stime from
 /proc/PID/stat) and divides it by the work done, so the figures that matter
 are CPU per connection / per request / per GB and memory per idle connection,
-plus rates and latency percentiles. Ratios sluice/HAProxy and sluice/nginx are
-printed next to them.
+plus rates and latency percentiles. Beside the proxy's own CPU it reports the
+busy time of the whole machine (/proc/stat) over the same work, so that cost
+moved into the kernel or onto the peers still shows. Ratios sluice/HAProxy
+and sluice/nginx are printed next to them.
 
 The script builds nothing: point it at a sluice binary and a loadgen binary.
 It only ever signals processes it started itself, by PID.
@@ -15,6 +17,7 @@ It only ever signals processes it started itself, by PID.
 import argparse
 import json
 import os
+import re
 import resource
 import select
 import shutil
@@ -24,11 +27,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ALL_SYSTEMS = ["sluice", "haproxy", "nginx"]
-ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "idle", "tls", "sys", "sys_sc"]
+ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "idle", "tls", "sys", "sys_sc",
+             "pgbench", "pgbench_c", "conn_1000", "conn_1000_hash"]
+PG_LOADS = ("pgbench", "pgbench_c")
+MANY_LOADS = ("conn_1000", "conn_1000_hash")
+MANY_SERVERS = 1000
 NGINX_STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"
 TLS_NAMES = ["a.bench.test", "b.bench.test"]
 CONNECT_TIMEOUT_S = 5
@@ -43,6 +52,8 @@ PROFILES = {
         "idle_count": 2000,
         "tls_s": 10, "tls_c": 16,
         "sys_s": 3,
+        "pg_s": 10, "pg_c": 8, "pg_scale": 4,
+        "many_s": 10,
     },
     "quick": {
         "conn_s": 1.5, "conn_c": 32, "payload": 64,
@@ -51,6 +62,8 @@ PROFILES = {
         "idle_count": 500,
         "tls_s": 1.5, "tls_c": 16,
         "sys_s": 1,
+        "pg_s": 2, "pg_c": 8, "pg_scale": 1,
+        "many_s": 1.5,
     },
 }
 
@@ -138,6 +151,16 @@ def loadavg():
         return f.read().split()[0]
 
 
+def machine_busy_seconds():
+    """CPU time the whole machine has spent busy since boot, all cores summed:
+    user + nice + system + irq + softirq + steal from /proc/stat (everything
+    but idle and iowait; guest time is already inside user)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -195,7 +218,7 @@ def tail(path, lines=8):
 # Backends (shared by all systems)
 
 class Backends:
-    def __init__(self, procs, loadgen, workdir, want_tls):
+    def __init__(self, procs, loadgen, workdir, want_tls, want_many=False):
         self.procs = procs
         self.loadgen = loadgen
         self.workdir = workdir
@@ -207,6 +230,15 @@ class Backends:
             for name in TLS_NAMES:
                 cert, key = make_cert(workdir, name)
                 self.tls[name] = self._serve(["--mode", "echo", "--tls", cert, key], "tls-" + name)
+        self.many = []
+        if want_many:
+            # One echo process reached at MANY_SERVERS loopback addresses
+            # (127.0.0.1, 127.0.0.2, ...: all of 127/8 is local on Linux), so
+            # the backend does the same work whether the proxy has one server
+            # or a thousand. That needs the wildcard address; every connection
+            # to it still goes over loopback.
+            port = self._serve(["--mode", "echo", "--host", "0.0.0.0"], "echo-many")[0]
+            self.many = [f"{loopback_address(i)}:{port}" for i in range(MANY_SERVERS)]
 
     def _serve(self, args, tag):
         proc = self.procs.start([self.loadgen, "serve", *args, "--port", "0"],
@@ -221,6 +253,11 @@ class Backends:
         return ports
 
 
+def loopback_address(i):
+    """The i-th address of 127.0.0.0/8 from 127.0.0.1 on: 127.0.0.1, ..., 127.0.3.232."""
+    return socket.inet_ntoa((0x7F000001 + i).to_bytes(4, "big"))
+
+
 def make_cert(workdir, name):
     cert = os.path.join(workdir, name + ".crt")
     key = os.path.join(workdir, name + ".key")
@@ -233,10 +270,16 @@ def make_cert(workdir, name):
 
 
 # --------------------------------------------------------------------------
-# Proxy configurations. `plain` = list of backend ports behind one listener;
-# `tls` = {sni name: [ports]} behind a preread listener (first name is default).
+# Proxy configurations. `plain` = list of servers behind one listener;
+# `tls` = {sni name: [servers]} behind a preread listener (first name is default).
+# A server is a port on 127.0.0.1 or a "host:port" string. `balance` is
+# "least_conn" or "hash" (on the client's address).
 
-def sluice_config(listen_port, plain=None, tls=None):
+def server_address(server):
+    return server if isinstance(server, str) else f"127.0.0.1:{server}"
+
+
+def sluice_config(listen_port, plain=None, tls=None, balance="least_conn"):
     out = [
         "[global]",
         "workers = 1",
@@ -260,13 +303,15 @@ def sluice_config(listen_port, plain=None, tls=None):
     else:
         out.append('upstream = "u0"')
         upstreams["u0"] = plain
+    policy = ['balance = "hash"', 'hash_key = "client_ip"'] if balance == "hash" else \
+        ['balance = "least_conn"']
     for name, ports in upstreams.items():
-        servers = ", ".join(f'{{ address = "127.0.0.1:{p}" }}' for p in ports)
-        out += ["", f"[upstream.{name}]", 'balance = "least_conn"', f"servers = [{servers}]"]
+        servers = ", ".join(f'{{ address = "{server_address(p)}" }}' for p in ports)
+        out += ["", f"[upstream.{name}]", *policy, f"servers = [{servers}]"]
     return "\n".join(out) + "\n"
 
 
-def haproxy_config(listen_port, plain=None, tls=None):
+def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn"):
     out = [
         "global",
         "    nbthread 1",
@@ -293,12 +338,13 @@ def haproxy_config(listen_port, plain=None, tls=None):
         backends["u0"] = plain
     out.append("    default_backend u0")
     for name, ports in backends.items():
-        out += ["", f"backend {name}", "    balance leastconn"]
-        out += [f"    server s{i} 127.0.0.1:{p}" for i, p in enumerate(ports)]
+        out += ["", f"backend {name}",
+                "    balance source" if balance == "hash" else "    balance leastconn"]
+        out += [f"    server s{i} {server_address(p)}" for i, p in enumerate(ports)]
     return "\n".join(out) + "\n"
 
 
-def nginx_config(listen_port, workdir, plain=None, tls=None):
+def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn"):
     out = [
         f"load_module {NGINX_STREAM_MODULE};",
         "worker_processes 1;",
@@ -323,8 +369,8 @@ def nginx_config(listen_port, workdir, plain=None, tls=None):
         upstreams["u0"] = plain
     for name, ports in upstreams.items():
         out.append(f"  upstream {name} {{")
-        out.append("    least_conn;")
-        out += [f"    server 127.0.0.1:{p};" for p in ports]
+        out.append("    hash $remote_addr consistent;" if balance == "hash" else "    least_conn;")
+        out += [f"    server {server_address(p)};" for p in ports]
         out.append("  }")
     out += [
         "  server {",
@@ -343,7 +389,8 @@ def nginx_config(listen_port, workdir, plain=None, tls=None):
 class Proxy:
     """One running proxy instance, fresh for every load."""
 
-    def __init__(self, procs, system, binary, workdir, tag, plain=None, tls=None):
+    def __init__(self, procs, system, binary, workdir, tag, plain=None, tls=None,
+                 balance="least_conn"):
         self.procs = procs
         self.port = free_port()
         self.log = os.path.join(workdir, f"{system}-{tag}.log")
@@ -351,15 +398,15 @@ class Proxy:
         os.makedirs(conf_dir, exist_ok=True)
         if system == "sluice":
             path = os.path.join(conf_dir, "sluice.toml")
-            text = sluice_config(self.port, plain, tls)
+            text = sluice_config(self.port, plain, tls, balance)
             argv = [binary, "-c", path]
         elif system == "haproxy":
             path = os.path.join(conf_dir, "haproxy.cfg")
-            text = haproxy_config(self.port, plain, tls)
+            text = haproxy_config(self.port, plain, tls, balance)
             argv = [binary, "-db", "-f", path]
         else:
             path = os.path.join(conf_dir, "nginx.conf")
-            text = nginx_config(self.port, conf_dir, plain, tls)
+            text = nginx_config(self.port, conf_dir, plain, tls, balance)
             argv = [binary, "-p", conf_dir, "-e", os.path.join(conf_dir, "nginx-error.log"),
                     "-c", path]
         with open(path, "w") as f:
@@ -400,16 +447,35 @@ def run_loadgen(loadgen, args, timeout):
 
 
 SETTLE_S = 0.3  # lets the proxy finish tearing sessions down before reading its CPU
+BACKGROUND_S = 0.5  # how long the machine is watched, proxy idle, before a load
 
 
 def measure(proxy, fn):
+    """Runs the load `fn` and adds to its result the proxy's CPU seconds, the
+    whole machine's busy CPU seconds while `fn` ran, and how many cores were
+    busy just before it (work of others that the machine figure includes)."""
+    t0, busy0 = time.monotonic(), machine_busy_seconds()
+    time.sleep(BACKGROUND_S)
+    background = (machine_busy_seconds() - busy0) / (time.monotonic() - t0)
     cpu0 = proxy.cpu()
+    busy1 = machine_busy_seconds()
     result = fn()
+    busy2 = machine_busy_seconds()
     time.sleep(SETTLE_S)
     if not proxy.alive():
         raise BenchError("proxy exited during the load: " + tail(proxy.log))
     result["proxy_cpu_s"] = proxy.cpu() - cpu0
+    result["machine_cpu_s"] = busy2 - busy1
+    result["background_cores"] = background
     return result
+
+
+def cost_per(r, work, scale):
+    """Proxy and machine CPU per unit of work: seconds * scale / work."""
+    work = max(work, 1e-9)
+    return {"cpu_per_op": r["proxy_cpu_s"] * scale / work,
+            "machine_per_op": r["machine_cpu_s"] * scale / work,
+            "background": r["background_cores"]}
 
 
 def client_busy(r):
@@ -422,9 +488,8 @@ def rate_load(ctx, proxy, command, args, seconds, count="ops"):
     r = measure(proxy, lambda: run_loadgen(ctx.loadgen, [
         command, "--target", f"127.0.0.1:{proxy.port}", "--duration", str(seconds), *args],
         seconds + 60))
-    ops = max(r[count], 1)
     return {"rate": r["rate"], "p50_us": r["p50_us"], "p99_us": r["p99_us"],
-            "cpu_per_op": r["proxy_cpu_s"] * 1e6 / ops, "errors": r["errors"],
+            **cost_per(r, max(r[count], 1), 1e6), "errors": r["errors"],
             "client_busy": client_busy(r), "first_error": r.get("first_error", "")}
 
 
@@ -488,8 +553,7 @@ def load_bulk(ctx, proxy):
         "bulk", "--target", f"127.0.0.1:{proxy.port}", "--mode", "source",
         "--bytes", str(p["bulk_bytes"]), "--concurrency", str(p["bulk_c"]),
         "--timeout", "240"], 300))
-    gb = max(r["bytes"], 1) / 1e9
-    return {"rate": r["bytes_per_s"] / 1e9, "cpu_per_op": r["proxy_cpu_s"] / gb,
+    return {"rate": r["bytes_per_s"] / 1e9, **cost_per(r, max(r["bytes"], 1) / 1e9, 1),
             "errors": r["errors"], "client_busy": client_busy(r),
             "first_error": r.get("first_error", "")}
 
@@ -532,9 +596,168 @@ def load_tls(ctx, proxy):
                                          "--concurrency", str(p["tls_c"])], p["tls_s"])
 
 
-# The *_sc loads differ from their twins only in the backend (it closes first).
+# --------------------------------------------------------------------------
+# PostgreSQL for the pgbench loads. The end-to-end tests already start and
+# stop real PostgreSQL servers (tests/e2e/dbpeers.py: initdb and the server
+# run as the postgres OS user, the server is stopped by its postmaster's
+# PID); the benchmark uses the same code rather than a copy of it.
+
+def import_dbpeers():
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for sub in ("tests/integration", "tests/e2e"):
+        path = os.path.join(repo, sub)
+        if path not in sys.path:
+            sys.path.append(path)
+    try:
+        import dbpeers
+    except ImportError as exc:
+        return None, f"cannot load tests/e2e/dbpeers.py ({exc})"
+    return dbpeers, dbpeers.pg_missing()
+
+
+class Postgres:
+    """A throwaway cluster in the benchmark's directory: initdb, one server on
+    a free 127.0.0.1 port with its unix socket beside the data, `pgbench -i`."""
+
+    def __init__(self, dbpeers, workdir, scale):
+        self.dbpeers = dbpeers
+        self.server = None
+        # The server runs as the postgres user: it must be able to pass
+        # through the (otherwise private) benchmark directory to its own.
+        os.chmod(workdir, 0o711)
+        root = os.path.join(workdir, "pg")
+        os.mkdir(root, 0o755)
+        shutil.chown(root, dbpeers.PG_USER, dbpeers.PG_USER)
+        try:
+            self.server = dbpeers.PgServer(dbpeers.PgCluster(Path(root), "bench"))
+            self.port = self.server.port
+            init = self.pgbench(self.port, ["-i", "-q", "-s", str(scale)], 300)
+            if init.returncode != 0:
+                raise BenchError("pgbench -i failed: " + init.stderr.strip()[-300:])
+        except AssertionError as exc:  # what dbpeers raises when a step fails
+            self.stop()
+            raise BenchError(f"PostgreSQL did not start: {exc}") from None
+        except BaseException:
+            self.stop()
+            raise
+
+    def pgbench(self, port, args, timeout):
+        return self.dbpeers.pgbench(port, *args, timeout=timeout)
+
+    def stop(self):
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def pgbench_figure(pattern, text):
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else None
+
+
+def load_pgbench(ctx, proxy, new_connections):
+    """pgbench -S (one primary-key SELECT per transaction) through the proxy,
+    on persistent connections or with -C (a new connection per transaction)."""
+    p = ctx.profile
+    args = ["-n", "-S", "-c", str(p["pg_c"]), "-j", "2", "-T", str(p["pg_s"])]
+    if new_connections:
+        args.append("-C")
+
+    def run():
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        res = ctx.pg.pgbench(proxy.port, args, p["pg_s"] + 60)
+        elapsed = time.monotonic() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        return {"res": res, "elapsed": elapsed, "cpu_s": cpu}
+
+    r = measure(proxy, run)
+    out, err = r["res"].stdout, r["res"].stderr
+    xacts = pgbench_figure(r"number of transactions actually processed: (\d+)", out)
+    tps = pgbench_figure(r"tps = ([0-9.]+)", out)
+    if r["res"].returncode != 0 or not xacts or tps is None:
+        raise BenchError(f"pgbench exited {r['res'].returncode}: "
+                         + (err.strip() or out.strip())[-300:])
+    failed = pgbench_figure(r"number of failed transactions: (\d+)", out) or 0
+    return {"rate": tps, "lat_ms": pgbench_figure(r"latency average = ([0-9.]+) ms", out),
+            **cost_per(r, xacts, 1e6), "errors": int(failed), "client_busy": client_busy(r),
+            "xacts": xacts, "first_error": last_line(err) if failed else ""}
+
+
+def last_line(text):
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+# --------------------------------------------------------------------------
+# Many servers: the conn load against an upstream of MANY_SERVERS servers and
+# against the same upstream cut to its first server, one proxy after the other.
+
+def load_many(ctx, start, balance):
+    p = ctx.profile
+    args = ["--concurrency", str(p["conn_c"]), "--payload", str(p["payload"])]
+    variants = [(1, ctx.backends.many[:1]), (MANY_SERVERS, ctx.backends.many)]
+    if ctx.rep % 2:
+        variants.reverse()  # neither size always runs first
+    runs = {}
+    for size, servers in variants:
+        proxy = start(f"{size}", plain=servers, balance=balance)
+        try:
+            runs[size] = rate_load(ctx, proxy, "conn", args, p["many_s"])
+        finally:
+            proxy.stop()
+    one, many = runs[1], runs[MANY_SERVERS]
+    return {**many, "rate_1": one["rate"], "cpu_1": one["cpu_per_op"],
+            "scale_rate": many["rate"] / max(one["rate"], 1e-9),
+            "scale_cpu": many["cpu_per_op"] / max(one["cpu_per_op"], 1e-9),
+            "errors": one["errors"] + many["errors"],
+            "first_error": many["first_error"] or one["first_error"]}
+
+
+# Loads that run on one proxy: (ctx, proxy) -> figures. The *_sc loads differ
+# from their twins only in the backend (it closes first).
 LOAD_FUNCS = {"conn": load_conn, "conn_sc": load_conn, "rr": load_rr, "bulk": load_bulk,
-              "idle": load_idle, "tls": load_tls, "sys": load_syscalls, "sys_sc": load_syscalls}
+              "idle": load_idle, "tls": load_tls, "sys": load_syscalls, "sys_sc": load_syscalls,
+              "pgbench": lambda ctx, proxy: load_pgbench(ctx, proxy, False),
+              "pgbench_c": lambda ctx, proxy: load_pgbench(ctx, proxy, True)}
+# Loads that start their own proxies: (ctx, start) -> figures, where
+# start(name, **shape) returns a running Proxy (stopped by run_load at the latest).
+MULTI_PROXY_FUNCS = {"conn_1000": lambda ctx, start: load_many(ctx, start, "least_conn"),
+                     "conn_1000_hash": lambda ctx, start: load_many(ctx, start, "hash")}
+
+
+def proxy_shape(load, ctx):
+    """What the proxy fronts for a single-proxy load (keyword args of Proxy)."""
+    if load == "bulk":
+        return {"plain": ctx.backends.source}
+    if load == "tls":
+        return {"tls": ctx.backends.tls}
+    if load in PG_LOADS:
+        return {"plain": [ctx.pg.port]}
+    if load.endswith("_sc"):
+        return {"plain": ctx.backends.echo_close}
+    return {"plain": ctx.backends.echo}
+
+
+def run_load(ctx, system, binary, load, tag):
+    """One run of `load` on `system`; every proxy it started is stopped."""
+    started = []
+
+    def start(suffix, **shape):
+        proxy = Proxy(ctx.procs, system, binary, ctx.workdir, f"{tag}-{suffix}", **shape)
+        started.append(proxy)
+        return proxy
+
+    if not os.access(binary, os.X_OK):
+        raise BenchError(f"binary not found: {binary}")
+    try:
+        if load in MULTI_PROXY_FUNCS:
+            return MULTI_PROXY_FUNCS[load](ctx, start)
+        return LOAD_FUNCS[load](ctx, start("main", **proxy_shape(load, ctx)))
+    finally:
+        for proxy in started:
+            proxy.stop()
 
 
 # --------------------------------------------------------------------------
@@ -557,39 +780,91 @@ def describe(load, p):
         "idle": f"idle memory: {p['idle_count']} proxied connections held open",
         "tls": f"TLS preread: full handshakes routed by SNI ({len(TLS_NAMES)} names, "
                f"certificate checked), one echo, close; {p['tls_c']} concurrent, {p['tls_s']} s",
+        "pgbench": f"pgbench -S (select-only) through the proxy to a local PostgreSQL (scale "
+                   f"{p['pg_scale']}) on {p['pg_c']} persistent connections (-j 2), {p['pg_s']} s",
+        "pgbench_c": f"pgbench -S -C: as pgbench, but a new connection for every transaction; "
+                     f"{p['pg_c']} clients (-j 2), {p['pg_s']} s",
+        "conn_1000": f"the conn load ({p['conn_c']} concurrent, {p['many_s']} s) with least_conn "
+                     f"over {MANY_SERVERS} servers, against the same with 1 server",
+        "conn_1000_hash": f"the conn load ({p['conn_c']} concurrent, {p['many_s']} s) with a hash "
+                          f"of the client address over {MANY_SERVERS} servers, against the same "
+                          f"with 1 server",
     }[load]
 
 
-# (key, header, format) per load; the first key is the rate, the last the cost.
+# Printed under a load's table.
+NOTES = {
+    "conn_1000": "All servers are one echo process reached at 127.0.0.1 … 127.0.3.232, so the "
+                 "backend's work is the same for 1 and for 1000 servers; only the proxy's "
+                 "choice differs.",
+    "conn_1000_hash": "Every connection comes from 127.0.0.1, so the hash sends all of them to "
+                      "the same server: this measures what one pick over 1000 servers costs, not "
+                      "how evenly the hash spreads clients.",
+}
+MANY_TARGET = 0.95  # what sluice aims for: conn/s with 1000 servers / with 1 server
+
+
+# (key, header, format) per load; the first key is the rate. "machine" is the
+# busy time of the whole machine over the same work (see MACHINE_NOTE).
+def machine_columns(unit, fmt="{:.1f}"):
+    return [("machine_per_op", f"machine CPU {unit}", fmt),
+            ("background", "busy before, cores", "{:.2f}")]
+
+
 COLUMNS = {
     "conn": [("rate", "conn/s", "{:.0f}"), ("p50_us", "p50 µs", "{:.0f}"),
-             ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}")],
+             ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}"),
+             *machine_columns("µs/conn")],
     "rr": [("rate", "req/s", "{:.0f}"), ("p50_us", "p50 µs", "{:.0f}"),
-           ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/req", "{:.2f}")],
-    "bulk": [("rate", "GB/s", "{:.2f}"), ("cpu_per_op", "CPU s/GB", "{:.3f}")],
+           ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/req", "{:.2f}"),
+           *machine_columns("µs/req", "{:.2f}")],
+    "bulk": [("rate", "GB/s", "{:.2f}"), ("cpu_per_op", "CPU s/GB", "{:.3f}"),
+             *machine_columns("s/GB", "{:.3f}")],
     "idle": [("bytes_per_conn", "bytes/conn", "{:.0f}"), ("rss_before", "RSS before KiB", "{:.0f}"),
              ("rss_after", "RSS after KiB", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}")],
     "tls": [("rate", "conn/s", "{:.0f}"), ("p50_us", "p50 µs", "{:.0f}"),
-            ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}")],
+            ("p99_us", "p99 µs", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}"),
+            *machine_columns("µs/conn")],
     "sys": [("calls_per_conn", "syscalls/conn", "{:.2f}"), ("epoll_ctl_per_conn", "epoll_ctl/conn", "{:.2f}"),
             ("conns", "connections", "{:.0f}")],
+    "pgbench": [("rate", "tps", "{:.0f}"), ("lat_ms", "latency avg ms", "{:.3f}"),
+                ("cpu_per_op", "CPU µs/xact", "{:.1f}"), *machine_columns("µs/xact")],
+    "conn_1000": [("rate", "conn/s", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}"),
+                  ("rate_1", "1 server: conn/s", "{:.0f}"), ("cpu_1", "1 server: CPU µs/conn", "{:.1f}"),
+                  ("scale_rate", "conn/s 1000/1", "{:.2f}"), ("scale_cpu", "CPU/conn 1000/1", "{:.2f}"),
+                  *machine_columns("µs/conn")],
 }
 COLUMNS["conn_sc"] = COLUMNS["conn"]
 COLUMNS["sys_sc"] = COLUMNS["sys"]
+COLUMNS["pgbench_c"] = COLUMNS["pgbench"]
+COLUMNS["conn_1000_hash"] = COLUMNS["conn_1000"]
 
 
 # Ratios printed under each table: (key, label). A rate ratio above 1 means sluice
 # is faster; a cost ratio below 1 means sluice spends less.
 RATIOS = {
-    "conn": [("rate", "rate"), ("cpu_per_op", "CPU/conn")],
-    "rr": [("rate", "rate"), ("p99_us", "p99"), ("cpu_per_op", "CPU/req")],
-    "bulk": [("rate", "throughput"), ("cpu_per_op", "CPU/GB")],
+    "conn": [("rate", "rate"), ("cpu_per_op", "CPU/conn"), ("machine_per_op", "machine CPU/conn")],
+    "rr": [("rate", "rate"), ("p99_us", "p99"), ("cpu_per_op", "CPU/req"),
+           ("machine_per_op", "machine CPU/req")],
+    "bulk": [("rate", "throughput"), ("cpu_per_op", "CPU/GB"), ("machine_per_op", "machine CPU/GB")],
     "idle": [("bytes_per_conn", "memory/conn"), ("cpu_per_op", "CPU/conn to open")],
-    "tls": [("rate", "rate"), ("cpu_per_op", "CPU/conn")],
+    "tls": [("rate", "rate"), ("cpu_per_op", "CPU/conn"), ("machine_per_op", "machine CPU/conn")],
     "sys": [("calls_per_conn", "syscalls/conn"), ("epoll_ctl_per_conn", "epoll_ctl/conn")],
+    "pgbench": [("rate", "tps"), ("cpu_per_op", "CPU/xact"), ("machine_per_op", "machine CPU/xact")],
+    "conn_1000": [("rate", "rate"), ("cpu_per_op", "CPU/conn"), ("machine_per_op", "machine CPU/conn")],
 }
 RATIOS["conn_sc"] = RATIOS["conn"]
 RATIOS["sys_sc"] = RATIOS["sys"]
+RATIOS["pgbench_c"] = RATIOS["pgbench"]
+RATIOS["conn_1000_hash"] = RATIOS["conn_1000"]
+
+MACHINE_NOTE = (
+    "\"machine CPU\" is the busy time of the whole machine while the load ran (/proc/stat: "
+    "user + nice + system + irq + softirq + steal, all cores), divided by the work done. It "
+    "includes the client, the backends, the kernel's share and any other work on the host; "
+    f"\"busy before\" is how many cores were busy in the {BACKGROUND_S} s just before the load, "
+    "with the proxy idle, i.e. what others were using. On a machine with other work the figure is an "
+    "upper bound; on a saturated one it mostly says how long the load took.")
 
 
 def median_of(runs, key):
@@ -658,6 +933,16 @@ def print_table(load, summary, systems, profile):
             a, b = summary["sluice"], summary[other]
             parts = [f"{name} {fmt_ratio(a[key], b[key])}×" for key, name in RATIOS[load]]
             print(f"sluice/{other}: " + ", ".join(parts))
+    if load in MANY_LOADS:
+        print()
+        for system in systems:
+            s = summary[system]
+            if not isinstance(s, str):
+                target = f" (target for sluice: ≥ {MANY_TARGET})" if system == "sluice" else ""
+                print(f"{system}: {MANY_SERVERS} servers / 1 server: conn/s "
+                      f"{s['scale_rate']:.2f}×{target}, CPU/conn {s['scale_cpu']:.2f}×")
+    if load in NOTES:
+        print("\n" + NOTES[load])
     for system in systems:
         s = summary[system]
         if not isinstance(s, str) and s["first_error"]:
@@ -677,9 +962,20 @@ HEADLINES = [
     ("rr", "cpu_per_op", "keep-alive, CPU µs/req", "{:.2f}"),
     ("bulk", "rate", "bulk, GB/s", "{:.2f}"),
     ("bulk", "cpu_per_op", "bulk, CPU s/GB", "{:.3f}"),
+    ("bulk", "machine_per_op", "bulk, machine CPU s/GB", "{:.3f}"),
     ("idle", "bytes_per_conn", "idle, bytes/conn", "{:.0f}"),
     ("tls", "rate", "TLS preread, conn/s", "{:.0f}"),
     ("tls", "cpu_per_op", "TLS preread, CPU µs/conn", "{:.1f}"),
+    ("pgbench", "rate", "pgbench -S, tps", "{:.0f}"),
+    ("pgbench", "cpu_per_op", "pgbench -S, CPU µs/xact", "{:.1f}"),
+    ("pgbench_c", "rate", "pgbench -S -C, tps", "{:.0f}"),
+    ("pgbench_c", "cpu_per_op", "pgbench -S -C, CPU µs/xact", "{:.1f}"),
+    ("conn_1000", "cpu_per_op", "1000 servers least_conn, CPU µs/conn", "{:.1f}"),
+    ("conn_1000", "scale_rate", "1000 servers least_conn, conn/s 1000/1", "{:.2f}"),
+    ("conn_1000", "scale_cpu", "1000 servers least_conn, CPU/conn 1000/1", "{:.2f}"),
+    ("conn_1000_hash", "cpu_per_op", "1000 servers hash, CPU µs/conn", "{:.1f}"),
+    ("conn_1000_hash", "scale_rate", "1000 servers hash, conn/s 1000/1", "{:.2f}"),
+    ("conn_1000_hash", "scale_cpu", "1000 servers hash, CPU/conn 1000/1", "{:.2f}"),
 ]
 
 
@@ -700,7 +996,8 @@ def print_summary(summaries, systems):
                          (fmt.format(v[key]) if v.get(key) is not None else "–"))
         for other in others:
             a, b = row["sluice"], row[other]
-            ok = not isinstance(a, str) and not isinstance(b, str)
+            # A 1000/1 figure is already a ratio within one system.
+            ok = not isinstance(a, str) and not isinstance(b, str) and not key.startswith("scale_")
             cells.append(fmt_ratio(a[key], b[key]) if ok else "–")
         print("| " + " | ".join(cells) + " |")
 
@@ -711,8 +1008,25 @@ class Context:
     pass
 
 
+def loads_help():
+    """The epilog of --help: every load, described with the full profile's sizes."""
+    full = PROFILES["full"]
+    lines = ["loads (sizes of the full profile; --profile quick runs each briefly):"]
+    for load in ALL_LOADS:
+        lines += textwrap.wrap(describe(load, full), width=78, initial_indent=f"  {load:15} ",
+                               subsequent_indent=" " * 18)
+    lines += ["",
+              "The pgbench loads need PostgreSQL (server binaries under /usr/lib/postgresql/*/bin,",
+              "pgbench, runuser and the postgres user); without it they are skipped with a message.",
+              "They start a throwaway cluster in the benchmark's temporary directory and stop it",
+              "at the end. The conn_1000 loads reach one echo backend at 1000 loopback addresses",
+              "(127.0.0.1 ... 127.0.3.232)."]
+    return "\n".join(lines)
+
+
 def parse_args():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=loads_help(),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sluice", default="build/sluice")
     ap.add_argument("--loadgen", default="build/tools/loadgen")
     ap.add_argument("--haproxy", default=shutil.which("haproxy") or "/usr/sbin/haproxy")
@@ -721,10 +1035,14 @@ def parse_args():
                     help="comma-separated systems (sluice,haproxy,nginx)")
     ap.add_argument("--loads", default=",".join(ALL_LOADS),
                     help="comma-separated loads (" + ",".join(ALL_LOADS) + ")")
-    ap.add_argument("--quick", action="store_true", help="short smoke run (about 30 s)")
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="full",
+                    help="load sizes: full, or quick (a smoke run of every load, one to two minutes)")
+    ap.add_argument("--quick", action="store_true", help="the same as --profile quick")
     ap.add_argument("--repeat", type=int, default=1, help="runs per load; figures are medians")
     ap.add_argument("--json", metavar="FILE", help="also write every run's raw figures here")
     args = ap.parse_args()
+    if args.quick:
+        args.profile = "quick"
     args.systems = [s for s in args.only.split(",") if s]
     args.load_list = [l for l in args.loads.split(",") if l]
     bad = [s for s in args.systems if s not in ALL_SYSTEMS] + \
@@ -736,49 +1054,64 @@ def parse_args():
     return args
 
 
+def skip_unavailable(load_list):
+    """Takes out the loads this machine cannot run; returns {load: why}."""
+    skipped = {}
+    if "tls" in load_list and not shutil.which("openssl"):
+        skipped["tls"] = "the openssl command is not installed"
+    if any(l in load_list for l in PG_LOADS):
+        _, missing = import_dbpeers()
+        if missing:
+            for load in PG_LOADS:
+                if load in load_list:
+                    skipped[load] = f"PostgreSQL is not installed here: {missing}"
+    for load, why in skipped.items():
+        load_list.remove(load)
+        print(f"bench: skipping the {load} load: {why}", file=sys.stderr)
+    return skipped
+
+
 def main():
     args = parse_args()
     if not os.access(args.loadgen, os.X_OK):
         print(f"bench: loadgen not found at {args.loadgen} (build it first)", file=sys.stderr)
         return 2
     binaries = {"sluice": args.sluice, "haproxy": args.haproxy, "nginx": args.nginx}
-    profile = PROFILES["quick" if args.quick else "full"]
-    if "tls" in args.load_list and not shutil.which("openssl"):
-        print("bench: openssl command not found; skipping the tls load", file=sys.stderr)
-        args.load_list.remove("tls")
+    profile = PROFILES[args.profile]
+    asked = list(args.load_list)
+    skipped = skip_unavailable(args.load_list)
 
     load_before = loadavg()
     procs = Processes()
     workdir = tempfile.mkdtemp(prefix="sluice-bench-")
     results = {s: {} for s in args.systems}
     started = time.monotonic()
+    ctx = Context()
+    ctx.procs, ctx.loadgen, ctx.profile, ctx.workdir = procs, args.loadgen, profile, workdir
+    ctx.pg = None
     try:
-        backends = Backends(procs, args.loadgen, workdir, "tls" in args.load_list)
-        ctx = Context()
-        ctx.procs, ctx.loadgen, ctx.profile, ctx.workdir = procs, args.loadgen, profile, workdir
+        ctx.backends = Backends(procs, args.loadgen, workdir, "tls" in args.load_list,
+                                want_many=any(l in args.load_list for l in MANY_LOADS))
+        if any(l in args.load_list for l in PG_LOADS):
+            try:
+                ctx.pg = Postgres(import_dbpeers()[0], workdir, profile["pg_scale"])
+            except (BenchError, subprocess.TimeoutExpired, OSError) as exc:
+                msg = str(exc).replace("\n", " ")
+                print(f"bench: pgbench loads: {msg}", file=sys.stderr)
+                for system in args.systems:
+                    for load in PG_LOADS:
+                        if load in args.load_list:
+                            results[system][load] = msg
         for rep in range(args.repeat):
+            ctx.rep = rep
             # Rotate the order so that no system always runs first or last.
             k = rep % len(args.systems)
             for system in args.systems[k:] + args.systems[:k]:
-                binary = binaries[system]
                 for load in args.load_list:
                     if isinstance(results[system].get(load), str):
                         continue  # failed before; do not retry every repeat
-                    tag = f"{load}-{rep}"
-                    if load == "bulk":
-                        shape = {"plain": backends.source}
-                    elif load == "tls":
-                        shape = {"tls": backends.tls}
-                    elif load.endswith("_sc"):
-                        shape = {"plain": backends.echo_close}
-                    else:
-                        shape = {"plain": backends.echo}
-                    proxy = None
                     try:
-                        if not os.access(binary, os.X_OK):
-                            raise BenchError(f"binary not found: {binary}")
-                        proxy = Proxy(procs, system, binary, workdir, tag, **shape)
-                        run = LOAD_FUNCS[load](ctx, proxy)
+                        run = run_load(ctx, system, binaries[system], load, f"{load}-{rep}")
                         results[system].setdefault(load, []).append(run)
                         print(f"[{time.monotonic() - started:6.1f}s] {system:8} {load:5} run {rep + 1}: "
                               + ", ".join(f"{k}={v:.4g}" for k, v in run.items()
@@ -789,31 +1122,35 @@ def main():
                         results[system][load] = msg
                         print(f"[{time.monotonic() - started:6.1f}s] {system:8} {load:5} FAILED: {msg}",
                               file=sys.stderr, flush=True)
-                    finally:
-                        if proxy is not None:
-                            proxy.stop()
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
     finally:
+        if ctx.pg is not None:
+            ctx.pg.stop()
         procs.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"# sluice benchmark ({'quick' if args.quick else 'full'} profile, "
+    print(f"# sluice benchmark ({args.profile} profile, "
           f"{args.repeat} run(s) each, medians; {os.cpu_count()} CPUs; "
           f"load average {load_before} before, {loadavg()} after)")
+    if any(key == "machine_per_op" for l in args.load_list for key, _, _ in COLUMNS[l]):
+        print("\n" + MACHINE_NOTE)
     for system in args.systems:
-        if all(isinstance(results[system].get(l), str) for l in args.load_list):
+        if args.load_list and all(isinstance(results[system].get(l), str) for l in args.load_list):
             print(f"\n{system} FAILED: {results[system][args.load_list[0]]}")
     summaries = {}
-    for load in args.load_list:
+    for load in asked:
+        if load in skipped:
+            print(f"\n### {load}: skipped: {skipped[load]}")
+            continue
         summaries[load] = summarize(results, args.systems, load)
         print_table(load, summaries[load], args.systems, profile)
     print_summary(summaries, args.systems)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"profile": profile, "repeat": args.repeat, "runs": results,
-                       "summary": summaries}, f, indent=1)
+                       "skipped": skipped, "summary": summaries}, f, indent=1)
     failed = any(isinstance(results[s].get(l), str) for s in args.systems for l in args.load_list)
     return 1 if failed else 0
 
