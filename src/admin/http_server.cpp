@@ -1,9 +1,5 @@
 #include "admin/http_server.hpp"
 
-#include <http_parser.h>
-
-#include <algorithm>
-#include <cctype>
 #include <exception>
 
 #include <spdlog/spdlog.h>
@@ -17,11 +13,6 @@ namespace {
 uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
 constexpr std::uint64_t kLingerMs = 1000;  // after the answer: wait for the client's FIN this long
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
 
 }  // namespace
 
@@ -55,21 +46,13 @@ std::string serialize(const Response& r) {
 
 struct HttpServer::Connection {
   HttpServer* server = nullptr;
-  HttpLimits limits;
   uv_tcp_t tcp{};
   uv_timer_t timer{};
   uv_write_t write_req{};
   uv_shutdown_t shutdown_req{};
-  http_parser parser{};
-  Request request;
-  std::string field;         // header name being read
-  std::string value;         // its value so far
-  bool in_value = false;
-  std::size_t header_bytes = 0;
-  bool complete = false;     // a whole request was read
+  RequestParser parser;
   bool continue_sent = false;
   uv_write_t continue_req{};
-  int reject = 0;            // a status to answer with instead of parsing on
   bool responded = false;
   int open_handles = 0;
   bool closing = false;
@@ -79,15 +62,13 @@ struct HttpServer::Connection {
   void on_data(const char* data, std::size_t n);
   void respond(Response r);
   void close();
-  void flush_header();
-  int count_header(std::size_t n);
+
+  explicit Connection(const HttpLimits& l) : parser(l.max_header_bytes, l.max_body_bytes) {}
 };
 
 namespace {
 
 using Connection = HttpServer::Connection;
-
-Connection* of(http_parser* p) { return static_cast<Connection*>(p->data); }
 
 Response error_response(int status, const std::string& message) {
   Response r;
@@ -101,115 +82,38 @@ Response error_response(int status, const std::string& message) {
   return r;
 }
 
-const http_parser_settings& settings() {
-  static const http_parser_settings s = [] {
-    http_parser_settings x{};
-    http_parser_settings_init(&x);
-    x.on_url = [](http_parser* p, const char* at, std::size_t n) {
-      Connection* c = of(p);
-      c->request.path.append(at, n);
-      return c->count_header(n);
-    };
-    x.on_header_field = [](http_parser* p, const char* at, std::size_t n) {
-      Connection* c = of(p);
-      if (c->in_value) c->flush_header();
-      c->field.append(at, n);
-      return c->count_header(n);
-    };
-    x.on_header_value = [](http_parser* p, const char* at, std::size_t n) {
-      Connection* c = of(p);
-      c->in_value = true;
-      c->value.append(at, n);
-      return c->count_header(n);
-    };
-    x.on_headers_complete = [](http_parser* p) {
-      Connection* c = of(p);
-      if (c->in_value) c->flush_header();
-      if ((p->flags & F_CONTENTLENGTH) != 0 && p->content_length > c->limits.max_body_bytes) {
-        c->reject = 413;
-        return -1;
-      }
-      return 0;
-    };
-    x.on_body = [](http_parser* p, const char* at, std::size_t n) {
-      Connection* c = of(p);
-      if (c->request.body.size() + n > c->limits.max_body_bytes) {
-        c->reject = 413;
-        return 1;
-      }
-      c->request.body.append(at, n);
-      return 0;
-    };
-    x.on_message_complete = [](http_parser* p) {
-      Connection* c = of(p);
-      c->complete = true;
-      http_parser_pause(p, 1);  // one request per connection: ignore anything after it
-      return 0;
-    };
-    return x;
-  }();
-  return s;
-}
-
 }  // namespace
-
-int Connection::count_header(std::size_t n) {
-  header_bytes += n;
-  if (header_bytes > limits.max_header_bytes) {
-    reject = 431;
-    return 1;
-  }
-  return 0;
-}
-
-void Connection::flush_header() {
-  std::string name = lower(std::move(field));
-  auto [it, fresh] = request.headers.emplace(name, value);
-  if (!fresh) it->second += ", " + value;
-  field.clear();
-  value.clear();
-  in_value = false;
-  header_bytes += 4;  // ": " and CRLF
-}
 
 void Connection::on_data(const char* data, std::size_t n) {
   if (responded) return;  // the rest of a refused request, or bytes after the one we answered
-  const std::size_t used = http_parser_execute(&parser, &settings(), data, n);
-  (void)used;
-  const auto err = HTTP_PARSER_ERRNO(&parser);
-  if (complete) {
-    request.method = http_method_str(static_cast<http_method>(parser.method));
-    const auto q = request.path.find('?');
-    if (q != std::string::npos) {
-      request.query = request.path.substr(q + 1);
-      request.path.resize(q);
+  switch (parser.feed(data, n)) {
+    case RequestParser::State::complete: {
+      const Request& request = parser.request();
+      Response r;
+      try {
+        r = server->handler_(request);
+      } catch (const std::exception& e) {
+        spdlog::error("admin: {} {} failed: {}", request.method, request.path, e.what());
+        r = error_response(500, "internal error");
+      }
+      respond(std::move(r));
+      return;
     }
-    Response r;
-    try {
-      r = server->handler_(request);
-    } catch (const std::exception& e) {
-      spdlog::error("admin: {} {} failed: {}", request.method, request.path, e.what());
-      r = error_response(500, "internal error");
+    case RequestParser::State::need_more:
+      if (!continue_sent && parser.expects_continue()) {
+        continue_sent = true;
+        static char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        uv_buf_t b = uv_buf_init(kContinue, sizeof kContinue - 1);
+        uv_write(&continue_req, reinterpret_cast<uv_stream_t*>(&tcp), &b, 1, [](uv_write_t*, int) {});
+      }
+      return;
+    case RequestParser::State::rejected: {
+      const int status = parser.reject_status();
+      const std::string& detail = parser.reject_detail();
+      respond(error_response(status, detail.empty() ? std::string(reason_phrase(status))
+                                                    : "malformed request: " + detail));
+      return;
     }
-    respond(std::move(r));
-    return;
-  }
-  if (err == HPE_OK && !continue_sent && (parser.flags & F_CONTENTLENGTH) != 0 && parser.content_length > 0) {
-    // curl and others wait for this before sending a larger body.
-    auto it = request.headers.find("expect");
-    if (it != request.headers.end() && lower(it->second) == "100-continue") {
-      continue_sent = true;
-      static char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-      uv_buf_t b = uv_buf_init(kContinue, sizeof kContinue - 1);
-      uv_write(&continue_req, reinterpret_cast<uv_stream_t*>(&tcp), &b, 1, [](uv_write_t*, int) {});
-    }
-  }
-  if (reject != 0) {
-    respond(error_response(reject, reason_phrase(reject)));
-  } else if (err == HPE_HEADER_OVERFLOW) {
-    respond(error_response(431, reason_phrase(431)));
-  } else if (err != HPE_OK) {
-    respond(error_response(400, std::string("malformed request: ") + http_errno_description(err)));
   }
 }
 
@@ -276,10 +180,9 @@ std::string HttpServer::listen(const Endpoint& at) {
 void HttpServer::on_connection(uv_stream_t* server, int status) {
   auto* self = static_cast<HttpServer*>(server->data);
   if (status < 0 || self->closing_) return;
-  auto c = std::make_unique<Connection>();
+  auto c = std::make_unique<Connection>(self->limits_);
   Connection* conn = c.get();
   conn->server = self;
-  conn->limits = self->limits_;
   uv_tcp_init(self->loop_, &conn->tcp);
   uv_timer_init(self->loop_, &conn->timer);
   conn->tcp.data = conn;
@@ -297,10 +200,8 @@ void HttpServer::on_connection(uv_stream_t* server, int status) {
   sockaddr_storage ss{};
   int len = sizeof ss;
   if (uv_tcp_getpeername(&conn->tcp, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-    conn->request.peer = format_sockaddr(reinterpret_cast<const sockaddr*>(&ss));
+    conn->parser.request().peer = format_sockaddr(reinterpret_cast<const sockaddr*>(&ss));
   }
-  http_parser_init(&conn->parser, HTTP_REQUEST);
-  conn->parser.data = conn;
   uv_timer_start(&conn->timer, [](uv_timer_t* t) {
     auto* cc = static_cast<Connection*>(t->data);
     cc->respond(error_response(408, "the request did not arrive in time"));

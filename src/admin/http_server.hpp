@@ -1,6 +1,6 @@
 // A small HTTP/1.1 server on a libuv loop, for the admin API. One request per
 // connection (every answer says `Connection: close`), requests parsed by
-// http-parser, hard limits on everything a client controls: connections at
+// http-parser (RequestParser), hard limits on everything a client controls: connections at
 // once, header bytes, body bytes and the time to send a request. Runs on the
 // control loop; it never sees a proxied socket.
 #pragma once
@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,18 +15,10 @@
 
 #include <uv.h>
 
+#include "admin/request_parser.hpp"
 #include "sluice/config.hpp"
 
 namespace sluice::admin {
-
-struct Request {
-  std::string method;  // "GET"
-  std::string path;    // "/status" (percent-encoding left as sent)
-  std::string query;   // after '?', may be empty
-  std::map<std::string, std::string> headers;  // names in lower case; repeated headers joined by ", "
-  std::string body;
-  std::string peer;    // "127.0.0.1:51234"
-};
 
 struct Response {
   int status = 200;
