@@ -6,6 +6,7 @@
 
 #include "proxy/buffer_pool.hpp"
 #include "proxy/session.hpp"
+#include "proxy/splice.hpp"
 
 namespace sluice {
 
@@ -30,9 +31,11 @@ void Pump::stop() {
 int Pump::write_initial(char* data, std::size_t len, uv_write_t* req) {
   req->data = this;
   initial_len = static_cast<std::uint32_t>(len);
+  ++writes_in_flight;
   uv_buf_t buf = uv_buf_init(data, static_cast<unsigned>(len));
   return uv_write(req, dst, &buf, 1, [](uv_write_t* r, int status) {
     auto* p = static_cast<Pump*>(r->data);
+    --p->writes_in_flight;
     if (status < 0) {
       if (status != UV_ECANCELED && !p->session->closing()) p->session->on_pump_error(*p, status, true);
       return;
@@ -84,6 +87,9 @@ void Pump::handle_data(char* base, std::size_t len) {
   if (w == static_cast<int>(len)) {
     bytes += len;
     session->pool().put(b);
+    // A read that filled a whole buffer, well into a session: a stream that
+    // splice = "auto" hands to the kernel.
+    if (len == Buffer::kSize && bytes >= Splicer::kAutoBytes) session->on_pump_stream();
     return;
   }
   if (w < 0 && w != UV_EAGAIN) {
@@ -99,6 +105,7 @@ void Pump::handle_data(char* base, std::size_t len) {
   b->pump = this;
   b->queued = static_cast<std::uint32_t>(out.len);
   int r = uv_write(&b->req, dst, &out, 1, on_write);
+  if (r >= 0) ++writes_in_flight;
   if (r < 0) {
     session->pool().put(b);
     session->on_pump_error(*this, r, true);
@@ -118,6 +125,7 @@ void Pump::on_write(uv_write_t* req, int status) {
   Session* s = p->session;
   const std::uint32_t queued = b->queued;
   s->pool().put(b);
+  --p->writes_in_flight;
   if (status < 0) {
     if (status != UV_ECANCELED && !s->closing()) s->on_pump_error(*p, status, true);
     return;
@@ -127,6 +135,7 @@ void Pump::on_write(uv_write_t* req, int status) {
   // idle_timeout or fin_timeout.
   s->touch();
   p->after_write_progress();
+  if (p->writes_in_flight == 0) s->on_pump_settled();
 }
 
 void Pump::after_write_progress() {

@@ -39,6 +39,7 @@ struct Pump : HandleOwner {
   bool paused = false;
   bool eof = false;            // src sent FIN
   bool fin_sent = false;       // shutdown(dst) completed
+  std::uint16_t writes_in_flight = 0;  // uv_write requests not yet called back
   uv_shutdown_t shutdown_req{};
 
   // Begins reading from src. Returns a libuv error code (0 on success).

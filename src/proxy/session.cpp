@@ -15,6 +15,7 @@
 #include "proxy/local_error.hpp"
 #include "proxy/postgres_stage.hpp"
 #include "proxy/socket_options.hpp"
+#include "proxy/splice.hpp"
 #include "proxy/tls_stage.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/address.hpp"
@@ -461,12 +462,60 @@ void Session::start_proxying() {
     finish(Cause::client_reset);
     return;
   }
-  arm_timer();
+  if (lv_.config->splice == Splice::pipe) {
+    want_splice();  // arms the timer
+  } else {
+    arm_timer();
+  }
 }
 
 void Session::on_initial_written() {
   forward_.clear();
   forward_.shrink_to_fit();
+  on_pump_settled();
+}
+
+// ---- SPLICE ----------------------------------------------------------------
+//
+// The switch happens from the session's timer, never inside a libuv stream
+// callback: libuv may still touch a stream's watcher after its callback
+// returns, and the descriptor's watcher slot will belong to the poll handle.
+
+bool Session::lv_splice_auto() const { return lv_.config->splice == Splice::automatic; }
+
+void Session::want_splice() {
+  splice_tried_ = true;
+  splice_wanted_ = true;
+  arm_timer();
+}
+
+// Both sockets quiet: no write, no preread replay and no shutdown in flight
+// on either, and something left to move.
+bool Session::splice_ready() const {
+  if (state_ != State::proxying || !forward_.empty()) return false;
+  for (const Pump* p : {&c2s_, &s2c_}) {
+    if (p->writes_in_flight != 0 || (p->eof && !p->fin_sent)) return false;
+  }
+  return !(c2s_.eof && s2c_.eof);
+}
+
+void Session::switch_to_splice() {
+  splice_wanted_ = false;
+  c2s_.stop();
+  s2c_.stop();
+  c2s_.paused = false;
+  s2c_.paused = false;
+  splicer_ = std::make_unique<Splicer>();
+  if (splicer_->start(host_.loop(), c2s_, s2c_, open_handles_, on_close_cb)) return;
+  // Out of descriptors for a pipe (or libuv refused the poll): carry on
+  // copying. The Splicer stays until the session ends (it may hold a
+  // closing handle).
+  SPDLOG_DEBUG("listener \"{}\" client {}: splice unavailable, copying", lv_.config->name, client_address());
+  if (!c2s_.eof && c2s_.start() < 0) {
+    finish(Cause::client_reset);
+    return;
+  }
+  if (!s2c_.eof && s2c_.start() < 0) finish(Cause::server_reset);
 }
 
 void Session::on_pump_eof(Pump& p) {
@@ -478,7 +527,11 @@ void Session::on_pump_eof(Pump& p) {
 }
 
 void Session::on_pump_fin_sent(Pump& /*p*/) {
-  if (c2s_.fin_sent && s2c_.fin_sent) finish(client_fin_first_ ? Cause::client_closed : Cause::server_closed);
+  if (c2s_.fin_sent && s2c_.fin_sent) {
+    finish(client_fin_first_ ? Cause::client_closed : Cause::server_closed);
+  } else {
+    on_pump_settled();
+  }
 }
 
 void Session::on_pump_error(Pump& p, int err, bool at_dst) {
@@ -521,6 +574,7 @@ void Session::arm_timer() {
       consider(pg_deadline_ms_);
       break;
     case State::proxying:
+      if (splice_wanted_ && splice_ready()) consider(uv_now(host_.loop()));
       consider(keepalive_at_ms_);
       consider(interim_at_ms_);
       if (lc.max_lifetime.count() > 0) consider(start_ms_ + ms(lc.max_lifetime));
@@ -582,6 +636,10 @@ void Session::on_timer() {
       }
       break;
     case State::proxying:
+      if (splice_wanted_ && splice_ready()) {
+        switch_to_splice();
+        if (closing()) return;
+      }
       if (interim_at_ms_ != 0 && now >= interim_at_ms_) {
         interim_at_ms_ = now + ms(snapshot_->config->global.log_interval);
         if (snapshot_->access_log->enabled()) write_access_record(true);
@@ -661,6 +719,8 @@ void Session::finish(Cause cause) {
   timer_due_ms_ = 0;
   connector_.release();
   stage_.reset();
+  // The poll handles leave epoll before the sockets they watch close.
+  if (splicer_) splicer_->close(on_close_cb);
   uv_close(as_handle(&client_), on_close_cb);
   uv_close(as_handle(&timer_), on_close_cb);
   if (server_open_ && !server_closing_) {

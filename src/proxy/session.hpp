@@ -27,6 +27,7 @@ namespace sluice {
 class BufferPool;
 class ServerState;
 class Snapshot;
+class Splicer;
 struct ListenerView;
 
 class Session {
@@ -61,6 +62,15 @@ class Session {
   void on_pump_fin_sent(Pump& p);
   void on_pump_error(Pump& p, int err, bool at_dst);
   void on_initial_written();
+  // splice = "auto": a pump is moving a stream (full buffers, well into the
+  // session). Cheap when there is nothing to do.
+  void on_pump_stream() {
+    if (lv_splice_auto() && !splice_tried_) want_splice();
+  }
+  // A pump has no write in flight any more: a switch that waited for it may go.
+  void on_pump_settled() {
+    if (splice_wanted_) arm_timer();
+  }
   bool closing() const { return state_ == State::closing; }
 
   // Intrusive list owned by the host.
@@ -97,6 +107,10 @@ class Session {
   std::string client_address() const;  // "ip:port", empty when unknown
   std::string client_ip() const;        // empty when unknown
   void stop_client_reading();
+  bool lv_splice_auto() const;
+  void want_splice();
+  bool splice_ready() const;
+  void switch_to_splice();
 
   // For the Connector.
   uv_loop_t* loop() { return host_.loop(); }
@@ -136,10 +150,13 @@ class Session {
   bool client_fin_first_ = false;
   bool pg_ssl_ = false;            // the server must be asked for TLS (SSLRequest) before forward_
   bool client_reading_ = false;    // the session reads the client (before c2s_ takes over)
+  bool splice_wanted_ = false;     // switch to splice(2) once both sockets are quiet
+  bool splice_tried_ = false;      // a switch was wanted once already (never twice)
 
   Pump c2s_;
   Pump s2c_;
   Connector connector_;
+  std::unique_ptr<Splicer> splicer_;  // splice = "pipe" | "auto", once switched
 
   // Times in loop milliseconds (uv_now).
   std::uint64_t start_ms_ = 0;
