@@ -4,7 +4,9 @@
 #   2. unit tests (doctest), integration and end-to-end tests (pytest, real
 #      sockets on loopback, real openssl peers), a bounded fuzz run;
 #   3. the same unit, integration and e2e tests again on an
-#      AddressSanitizer + UndefinedBehaviorSanitizer build;
+#      AddressSanitizer + UndefinedBehaviorSanitizer build, and its
+#      integration and e2e tests once more with every listener splicing
+#      (with --quick: on the default build);
 #   4. the unit tests and the tests where threads share state (several
 #      workers, reload, admin API, health checks) on a ThreadSanitizer build.
 # Ends with one line "N passed, N failed". Exit status 0 only if nothing failed.
@@ -83,6 +85,15 @@ suite() {  # build dir, label
     "$py" -m pytest -q -p no:cacheprovider tests/integration tests/e2e
 }
 
+# The same integration and e2e tests with every listener the tests write
+# splicing (splice = "pipe"): moving bytes with splice(2) must not change
+# any behaviour a test can see.
+splice_suite() {  # build dir, label
+  local dir=$1 label=$2
+  run_step "$label integration+e2e, splice = pipe" env SLUICE_TEST_SPLICE=pipe SLUICE_BIN="$PWD/$dir/sluice" \
+    "$py" -m pytest -q -p no:cacheprovider tests/integration tests/e2e
+}
+
 # Where threads share state: two workers (least_conn counts, per-client
 # limits, accept back-off, real database clients), reload and stop (the
 # control loop hands new snapshots to the workers), the admin API and the
@@ -136,6 +147,7 @@ if ! tools/build.sh build-ci -Dstrict=true -Dbuildtype=debugoptimized; then
   exit 1
 fi
 suite build-ci "default build"
+[[ $quick -eq 1 ]] && splice_suite build-ci "default build"
 
 if [[ $quick -eq 0 ]]; then
   run_step "fuzz ClientHello, PROXY header and configuration parsers ${fuzz_seconds}s" tools/fuzz.sh "$fuzz_seconds"
@@ -144,6 +156,7 @@ if [[ $quick -eq 0 ]]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     suite build-asan "asan+ubsan"
+    splice_suite build-asan "asan+ubsan"
   else
     failed=$((failed + 1))
   fi

@@ -55,6 +55,11 @@ def wait_until(pred: Callable[[], object], timeout: float = EVENT_TIMEOUT,
 # TOML rendering (just what our configs need)
 # --------------------------------------------------------------------------
 
+# splice mode for every listener the tests write ("off", "pipe", "auto"), or
+# empty for the default.
+SPLICE_MODE = os.environ.get("SLUICE_TEST_SPLICE", "")
+
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -98,6 +103,10 @@ def listener(name="main", upstream="up", listen="127.0.0.1:0", **kw) -> dict:
     d = {"name": name, "listen": listen}
     if upstream is not None:
         d["upstream"] = upstream
+    # The suite runs a second time with every listener splicing (see
+    # tools/test.sh): the byte-moving mode must not change any behaviour.
+    if SPLICE_MODE:
+        d["splice"] = SPLICE_MODE
     d.update(kw)
     return d
 
