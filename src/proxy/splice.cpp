@@ -23,6 +23,10 @@ constexpr unsigned kSpliceFlags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
 bool open_pipe(int& r, int& w) {
   int fds[2];
   if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return false;
+  // 256 KiB instead of the default 64: a quarter of the splice calls per
+  // GB, and still about what copy mode buffers per direction (128 KiB
+  // queued plus a read buffer). Best effort: a smaller pipe only costs calls.
+  ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(Splicer::kPipeBytes));
   r = fds[0];
   w = fds[1];
   return true;

@@ -12,8 +12,8 @@
 //
 // Everything the copy pumps promise holds here too, and is kept in the same
 // Pump objects so that the session cannot tell the modes apart:
-// - backpressure: each direction owns one pipe (bounded by the kernel, 64 KiB
-//   by default); a full pipe stops reading from its source until the
+// - backpressure: each direction owns one pipe (kPipeBytes, bounded by the
+//   kernel); a full pipe stops reading from its source until the
 //   destination takes bytes;
 // - `Pump::bytes` counts what the destination's kernel accepted; bytes still
 //   in a pipe when a session is reset were never delivered and do not count;
@@ -44,6 +44,8 @@ class Splicer {
   // Bytes a direction must have moved, with its last read filling a whole
   // buffer, before splice = "auto" switches the session.
   static constexpr std::uint64_t kAutoBytes = 256 * 1024;
+  // Capacity asked for each pipe (fcntl F_SETPIPE_SZ).
+  static constexpr std::size_t kPipeBytes = 256 * 1024;
 
   Splicer() = default;
   ~Splicer();
