@@ -33,6 +33,9 @@ from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ALL_SYSTEMS = ["sluice", "haproxy", "nginx"]
+# sluice with a listener splice mode other than the default: opt-in systems
+# (e.g. --only sluice,sluice-pipe,sluice-auto,haproxy,nginx --loads bulk).
+SPLICE_SYSTEMS = {"sluice-pipe": "pipe", "sluice-auto": "auto"}
 ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "idle", "tls", "sys", "sys_sc",
              "pgbench", "pgbench_c", "conn_1000", "conn_1000_hash"]
 PG_LOADS = ("pgbench", "pgbench_c")
@@ -279,7 +282,7 @@ def server_address(server):
     return server if isinstance(server, str) else f"127.0.0.1:{server}"
 
 
-def sluice_config(listen_port, plain=None, tls=None, balance="least_conn"):
+def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", splice=None):
     out = [
         "[global]",
         "workers = 1",
@@ -292,6 +295,8 @@ def sluice_config(listen_port, plain=None, tls=None, balance="least_conn"):
         f'connect_timeout = "{CONNECT_TIMEOUT_S}s"',
         f'idle_timeout = "{IDLE_TIMEOUT_S}s"',
     ]
+    if splice:
+        out.append(f'splice = "{splice}"')
     upstreams = {}
     if tls:
         names = list(tls)
@@ -396,9 +401,9 @@ class Proxy:
         self.log = os.path.join(workdir, f"{system}-{tag}.log")
         conf_dir = os.path.join(workdir, f"{system}-{tag}")
         os.makedirs(conf_dir, exist_ok=True)
-        if system == "sluice":
+        if system == "sluice" or system in SPLICE_SYSTEMS:
             path = os.path.join(conf_dir, "sluice.toml")
-            text = sluice_config(self.port, plain, tls, balance)
+            text = sluice_config(self.port, plain, tls, balance, SPLICE_SYSTEMS.get(system))
             argv = [binary, "-c", path]
         elif system == "haproxy":
             path = os.path.join(conf_dir, "haproxy.cfg")
@@ -923,16 +928,18 @@ def print_table(load, summary, systems, profile):
         cells.append(f"{s['client_busy']:.0f}" if s.get("client_busy") is not None else "–")
         print("| " + " | ".join(cells) + " |")
     ratio_rows = []
-    if "sluice" in systems and not isinstance(summary["sluice"], str):
+    for mine in [m for m in systems if m == "sluice" or m in SPLICE_SYSTEMS]:
+        if isinstance(summary[mine], str):
+            continue
         for other in ("haproxy", "nginx"):
             if other in systems and not isinstance(summary[other], str):
-                ratio_rows.append(other)
+                ratio_rows.append((mine, other))
     if ratio_rows:
         print()
-        for other in ratio_rows:
-            a, b = summary["sluice"], summary[other]
+        for mine, other in ratio_rows:
+            a, b = summary[mine], summary[other]
             parts = [f"{name} {fmt_ratio(a[key], b[key])}×" for key, name in RATIOS[load]]
-            print(f"sluice/{other}: " + ", ".join(parts))
+            print(f"{mine}/{other}: " + ", ".join(parts))
     if load in MANY_LOADS:
         print()
         for system in systems:
@@ -1032,7 +1039,8 @@ def parse_args():
     ap.add_argument("--haproxy", default=shutil.which("haproxy") or "/usr/sbin/haproxy")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--only", default=",".join(ALL_SYSTEMS),
-                    help="comma-separated systems (sluice,haproxy,nginx)")
+                    help="comma-separated systems (sluice,haproxy,nginx; also "
+                         + ",".join(SPLICE_SYSTEMS) + ": sluice with that splice mode)")
     ap.add_argument("--loads", default=",".join(ALL_LOADS),
                     help="comma-separated loads (" + ",".join(ALL_LOADS) + ")")
     ap.add_argument("--profile", choices=sorted(PROFILES), default="full",
@@ -1045,7 +1053,7 @@ def parse_args():
         args.profile = "quick"
     args.systems = [s for s in args.only.split(",") if s]
     args.load_list = [l for l in args.loads.split(",") if l]
-    bad = [s for s in args.systems if s not in ALL_SYSTEMS] + \
+    bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in SPLICE_SYSTEMS] + \
           [l for l in args.load_list if l not in ALL_LOADS]
     if bad:
         ap.error("unknown system or load: " + ", ".join(bad))
@@ -1076,7 +1084,8 @@ def main():
     if not os.access(args.loadgen, os.X_OK):
         print(f"bench: loadgen not found at {args.loadgen} (build it first)", file=sys.stderr)
         return 2
-    binaries = {"sluice": args.sluice, "haproxy": args.haproxy, "nginx": args.nginx}
+    binaries = {"sluice": args.sluice, "haproxy": args.haproxy, "nginx": args.nginx,
+                **{name: args.sluice for name in SPLICE_SYSTEMS}}
     profile = PROFILES[args.profile]
     asked = list(args.load_list)
     skipped = skip_unavailable(args.load_list)
