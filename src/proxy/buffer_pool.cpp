@@ -10,6 +10,29 @@ Buffer* Buffer::from_data(char* p) {
 
 BufferPool::~BufferPool() {
   for (Buffer* b : free_) delete b;
+  while (free_requests_ != nullptr) {
+    Request* r = free_requests_;
+    free_requests_ = r->next_free;
+    delete r;
+  }
+}
+
+Request* BufferPool::get_request() {
+  if (free_requests_ == nullptr) return new Request{};
+  Request* r = free_requests_;
+  free_requests_ = r->next_free;
+  --cached_requests_;
+  return r;
+}
+
+void BufferPool::put_request(Request* r) {
+  if (cached_requests_ >= max_cached_) {
+    delete r;
+    return;
+  }
+  r->next_free = free_requests_;
+  free_requests_ = r;
+  ++cached_requests_;
 }
 
 Buffer* BufferPool::get() {

@@ -1,7 +1,8 @@
 // Per-worker pool of fixed-size I/O buffers. A buffer carries its own
 // uv_write_t so a queued write needs no second allocation. Idle sessions hold
 // no buffer: one is taken just before a read and returned as soon as its bytes
-// are written.
+// are written. The same pool lends the other libuv requests (connect,
+// shutdown, a preread's replay) for as long as they are in flight.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +25,15 @@ struct Buffer {
   static Buffer* from_data(char* p);
 };
 
+// A libuv request, borrowed from the pool only while it is in flight, so
+// that an idle session carries none of them.
+union Request {
+  uv_connect_t connect;
+  uv_shutdown_t shutdown;
+  uv_write_t write;
+  Request* next_free;
+};
+
 class BufferPool {
  public:
   explicit BufferPool(std::size_t max_cached = 1024) : max_cached_(max_cached) {}
@@ -34,6 +44,9 @@ class BufferPool {
   Buffer* get();
   void put(Buffer* b);
 
+  Request* get_request();
+  void put_request(Request* r);
+
   std::size_t in_use() const { return in_use_; }
   std::size_t cached() const { return free_.size(); }
 
@@ -41,6 +54,8 @@ class BufferPool {
   std::size_t max_cached_;
   std::size_t in_use_ = 0;
   std::vector<Buffer*> free_;
+  Request* free_requests_ = nullptr;  // a free list through next_free
+  std::size_t cached_requests_ = 0;
 };
 
 }  // namespace sluice

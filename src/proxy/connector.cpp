@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "proxy/buffer_pool.hpp"
 #include "proxy/local_error.hpp"
 #include "proxy/session.hpp"
 #include "runtime/snapshot.hpp"
@@ -25,7 +26,6 @@ void Connector::start(Upstream* upstream, std::string key) {
   upstream_ = upstream;
   key_ = std::move(key);
   first_attempt_ms_ = uv_now(session_.loop());
-  req_.data = this;
   attempt();
 }
 
@@ -63,8 +63,11 @@ void Connector::attempt() {
   attempt_start_ns_ = uv_hrtime();
   // TCP_NODELAY is applied by libuv as the socket is created.
   uv_tcp_nodelay(tcp, 1);
-  int r = uv_tcp_connect(&req_, tcp, reinterpret_cast<const sockaddr*>(&ep.addr), on_connect_cb);
+  req_ = &session_.pool().get_request()->connect;
+  req_->data = this;
+  int r = uv_tcp_connect(req_, tcp, reinterpret_cast<const sockaddr*>(&ep.addr), on_connect_cb);
   if (r < 0) {
+    give_back_request();
     failed(is_local_resource_error(r) ? ConnectResult::local_error : ConnectResult::failed, r);
     return;
   }
@@ -81,6 +84,7 @@ void Connector::attempt() {
 
 void Connector::on_connect_cb(uv_connect_t* req, int status) {
   auto* c = static_cast<Connector*>(req->data);
+  c->give_back_request();
   Session& s = c->session_;
   // ECANCELED: we closed the handle ourselves (timeout or session end).
   if (status == UV_ECANCELED || s.state_ != Session::State::connecting || s.server_closing_) return;
@@ -95,6 +99,13 @@ void Connector::on_connect_cb(uv_connect_t* req, int status) {
   c->key_.clear();
   c->key_.shrink_to_fit();
   s.on_connected();
+}
+
+// Every connect request ends in on_connect_cb (ECANCELED when its handle is
+// closed first), so that is where it goes back.
+void Connector::give_back_request() {
+  session_.pool().put_request(reinterpret_cast<Request*>(req_));
+  req_ = nullptr;
 }
 
 void Connector::on_timeout() {

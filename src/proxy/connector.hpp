@@ -48,6 +48,7 @@ class Connector {
   void attempt();
   void failed(ConnectResult result, int err);
   static void on_connect_cb(uv_connect_t* req, int status);
+  void give_back_request();
 
   Session& session_;
   Upstream* upstream_ = nullptr;
@@ -59,7 +60,7 @@ class Connector {
   std::uint64_t first_attempt_ms_ = 0;
   std::uint64_t deadline_ms_ = 0;
   std::uint64_t attempt_start_ns_ = 0;
-  uv_connect_t req_{};
+  uv_connect_t* req_ = nullptr;  // borrowed from the pool while a connect is in flight
 };
 
 }  // namespace sluice

@@ -28,13 +28,17 @@ void Pump::stop() {
   }
 }
 
-int Pump::write_initial(char* data, std::size_t len, uv_write_t* req) {
+int Pump::write_initial(char* data, std::size_t len) {
+  // Borrowed until the callback, which libuv always calls (ECANCELED when
+  // the stream closes first).
+  uv_write_t* req = &session->pool().get_request()->write;
   req->data = this;
   initial_len = static_cast<std::uint32_t>(len);
   ++writes_in_flight;
   uv_buf_t buf = uv_buf_init(data, static_cast<unsigned>(len));
-  return uv_write(req, dst, &buf, 1, [](uv_write_t* r, int status) {
-    auto* p = static_cast<Pump*>(r->data);
+  const int r = uv_write(req, dst, &buf, 1, [](uv_write_t* done, int status) {
+    auto* p = static_cast<Pump*>(done->data);
+    p->session->pool().put_request(reinterpret_cast<Request*>(done));
     --p->writes_in_flight;
     if (status < 0) {
       if (status != UV_ECANCELED && !p->session->closing()) p->session->on_pump_error(*p, status, true);
@@ -44,6 +48,11 @@ int Pump::write_initial(char* data, std::size_t len, uv_write_t* req) {
     p->session->touch();
     p->session->on_initial_written();
   });
+  if (r < 0) {
+    --writes_in_flight;
+    session->pool().put_request(reinterpret_cast<Request*>(req));
+  }
+  return r;
 }
 
 void Pump::on_alloc(uv_handle_t* h, std::size_t /*suggested*/, uv_buf_t* buf) {
@@ -70,9 +79,15 @@ void Pump::on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
       p->send_fin_now();
       return;
     }
-    p->shutdown_req.data = p;
-    int r = uv_shutdown(&p->shutdown_req, p->dst, on_shutdown);
-    if (r < 0) p->session->on_pump_error(*p, r, true);
+    // Borrowed until on_shutdown, which libuv always calls (ECANCELED when
+    // the stream closes first).
+    uv_shutdown_t* req = &p->session->pool().get_request()->shutdown;
+    req->data = p;
+    int r = uv_shutdown(req, p->dst, on_shutdown);
+    if (r < 0) {
+      p->session->pool().put_request(reinterpret_cast<Request*>(req));
+      p->session->on_pump_error(*p, r, true);
+    }
     return;
   }
   p->session->on_pump_error(*p, static_cast<int>(nread), false);
@@ -163,6 +178,7 @@ void Pump::send_fin_now() {
 
 void Pump::on_shutdown(uv_shutdown_t* req, int status) {
   auto* p = static_cast<Pump*>(req->data);
+  p->session->pool().put_request(reinterpret_cast<Request*>(req));
   if (status == UV_ECANCELED || p->session->closing()) return;
   if (status < 0) {
     p->session->on_pump_error(*p, status, true);

@@ -40,7 +40,6 @@ struct Pump : HandleOwner {
   bool eof = false;            // src sent FIN
   bool fin_sent = false;       // shutdown(dst) completed
   std::uint16_t writes_in_flight = 0;  // uv_write requests not yet called back
-  uv_shutdown_t shutdown_req{};
 
   // Begins reading from src. Returns a libuv error code (0 on success).
   int start();
@@ -52,7 +51,7 @@ struct Pump : HandleOwner {
   void stop();
   // Queues bytes that were read before the pump started (e.g. a preread
   // ClientHello). `data` must stay valid until the write completes.
-  int write_initial(char* data, std::size_t len, uv_write_t* req);
+  int write_initial(char* data, std::size_t len);
 
   static void on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
   static void on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);

@@ -445,7 +445,7 @@ void Session::start_proxying() {
   if (!forward_.empty()) {
     // The preread bytes go to the server first, byte for byte.
     char* first = reinterpret_cast<char*>(forward_.data());
-    if (int r = c2s_.write_initial(first, forward_.size(), &initial_write_); r < 0) {
+    if (int r = c2s_.write_initial(first, forward_.size()); r < 0) {
       finish(Cause::server_reset);
       return;
     }

@@ -135,7 +135,6 @@ class Session {
   uv_tcp_t server_{};
   uv_timer_t timer_{};
   HandleOwner timer_owner_{};
-  uv_write_t initial_write_{};
   int open_handles_ = 0;
 
   // Flags, side by side so that they share words.
