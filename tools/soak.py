@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent
-REPO = TOOLS.parent
 sys.path.insert(0, str(TOOLS))
 
+from binaries import default_sluice, loadgen_next_to  # noqa: E402
 # The benchmark already knows how to start and stop loadgen backends.
 from bench import Backends, BenchError, Processes, read_lines, rss_bytes, tail  # noqa: E402
 
@@ -282,13 +282,6 @@ def print_report(tally, seconds, start, end, results):
 
 # --------------------------------------------------------------------------
 
-def default_sluice():
-    for d in ("build-rel", "build"):
-        if (REPO / d / "sluice").exists():
-            return str(REPO / d / "sluice")
-    return str(REPO / "build" / "sluice")
-
-
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sluice", default=default_sluice(),
@@ -306,7 +299,7 @@ def parse_args():
     ap.add_argument("--max-error-ratio", type=float, default=0.001,
                     help="largest share of failed sessions allowed")
     args = ap.parse_args()
-    args.loadgen = args.loadgen or str(Path(args.sluice).resolve().parent / "tools" / "loadgen")
+    args.loadgen = args.loadgen or loadgen_next_to(args.sluice)
     if args.sessions < 1 or args.warmup < 1 or args.max_seconds <= 0 or args.concurrency < 1:
         ap.error("--sessions, --warmup, --concurrency and --max-seconds must be positive")
     return args

@@ -11,5 +11,6 @@ int run_rr(const Options& opts);
 int run_bulk(const Options& opts);
 int run_idle(const Options& opts);
 int run_tls(const Options& opts);
+int run_integrity(const Options& opts);
 
 }  // namespace loadgen

@@ -14,7 +14,7 @@ namespace {
 void usage(FILE* out) {
   std::fputs(
       "usage: loadgen COMMAND [options]\n"
-      "  serve --mode echo|echo_close|sink|source|banner [--port 0] [--host 127.0.0.1]\n"
+      "  serve --mode echo|echo_close|sink|source|banner|integrity [--port 0] [--host 127.0.0.1]\n"
       "        [--listeners K] [--tls CERT KEY]\n"
       "        prints 'listening PORT' per listener, serves until SIGTERM\n"
       "  conn  --target HOST:PORT [--duration S] [--concurrency C] [--payload N]\n"
@@ -25,6 +25,10 @@ void usage(FILE* out) {
       "        [--hold S]   prints 'ready N', holds until stdin closes or SIGTERM\n"
       "  tls   --target HOST:PORT --sni NAME[,NAME...] [--duration S] [--concurrency C]\n"
       "        [--payload N] [--verify-name]\n"
+      "  integrity --target HOST:PORT [--bytes N] [--concurrency C] [--max-session N]\n"
+      "        [--seed S] [--stall S] [--timeout S]   checked sessions against serve --mode\n"
+      "        integrity; prints progress, one line per session that did not complete, and\n"
+      "        a JSON summary\n"
       "Client commands print one JSON line. Sizes accept k, m, g suffixes.\n",
       out);
 }
@@ -50,6 +54,7 @@ int main(int argc, char** argv) {
       {"bulk", run_bulk, {"target", "bytes", "concurrency", "mode", "timeout"}},
       {"idle", run_idle, {"target", "count", "connect-concurrency", "timeout", "hold"}},
       {"tls", run_tls, {"target", "sni", "duration", "concurrency", "payload", "verify-name"}},
+      {"integrity", run_integrity, {"target", "bytes", "concurrency", "max-session", "seed", "stall", "timeout"}},
   };
   for (const auto& c : commands) {
     if (cmd != c.name) continue;

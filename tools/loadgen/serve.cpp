@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "commands.hpp"
+#include "integrity.hpp"
 #include "net.hpp"
 #include "stop_signal.hpp"
 
@@ -20,8 +21,9 @@ namespace loadgen {
 namespace {
 
 // echo_close: echoes the first read, then closes (the server sends FIN first,
-// as HTTP/1.0 servers and database logouts do).
-enum class Mode { echo, sink, source, banner, echo_close };
+// as HTTP/1.0 servers and database logouts do). integrity: the backend side
+// of the integrity protocol (integrity.hpp).
+enum class Mode { echo, sink, source, banner, echo_close, integrity };
 
 struct ServerContext {
   Poller* poller = nullptr;
@@ -70,6 +72,7 @@ class PlainConn : public Handler {
       case Mode::echo:
       case Mode::banner:
       case Mode::echo_close: return on_echo(events);
+      case Mode::integrity: return;  // served by integrity::serve_connection
     }
   }
 
@@ -226,6 +229,8 @@ class Listener : public Handler {
       set_nodelay(fd);
       if (ctx_.tls != nullptr) {
         new TlsConn(ctx_, fd);
+      } else if (ctx_.mode == Mode::integrity) {
+        integrity::serve_connection(*ctx_.poller, fd);
       } else {
         auto* conn = new PlainConn(ctx_, fd);
         if (!conn->alive()) delete conn;
@@ -270,8 +275,10 @@ int run_serve(const Options& opts) {
     ctx.mode = Mode::banner;
   } else if (mode == "echo_close") {
     ctx.mode = Mode::echo_close;
+  } else if (mode == "integrity") {
+    ctx.mode = Mode::integrity;
   } else {
-    std::fprintf(stderr, "loadgen serve: --mode must be echo, echo_close, sink, source or banner\n");
+    std::fprintf(stderr, "loadgen serve: --mode must be echo, echo_close, sink, source, banner or integrity\n");
     return 2;
   }
   if (opts.has("tls")) {
