@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev   # the admin API's JSON
   prometheus chromium   # promtool checks /metrics; a headless browser loads the status page
   python3-matplotlib   # the L4/L7 routing comparison draws its chart (tools/compare_routing.py)
+  iproute2 nftables   # network-namespace fault tests: veth pairs, dropped packets
 )
 
 missing=()

@@ -10,7 +10,6 @@ through must each be reported, never counted as a complete session."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -19,15 +18,9 @@ import threading
 import pytest
 
 import harness
+import loadgen
 
 INTEGRITY = harness.REPO / "tools" / "integrity.py"
-
-
-def loadgen_path():
-    path = harness.sluice_bin().parent / "tools" / "loadgen"
-    if not os.access(path, os.X_OK):
-        pytest.skip(f"loadgen not built at {path} (it needs OpenSSL headers)")
-    return path
 
 
 def result_of(stdout: str) -> dict:
@@ -37,7 +30,7 @@ def result_of(stdout: str) -> dict:
 
 
 def test_killed_backends_never_corrupt_or_silently_truncate_a_session():
-    loadgen_path()
+    loadgen.path()
     res = subprocess.run(
         [sys.executable, str(INTEGRITY), "--sluice", str(harness.sluice_bin()),
          "--gigabytes", "0.6", "--kills", "3", "--down-ms", "50", "--max-session-mb", "32",
@@ -112,19 +105,14 @@ class DamagingRelay:
 
 @pytest.fixture
 def integrity_backend():
-    lg = loadgen_path()
-    proc = subprocess.Popen([str(lg), "serve", "--mode", "integrity", "--port", "0"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-    lines = harness.LineLog(proc.stdout)
-    port = int(lines.wait_for(r"^listening (\d+)").group(1))
-    yield port, lines
-    proc.terminate()
-    proc.wait(timeout=10)
+    server = loadgen.Server("integrity")
+    yield server.port, server.log
+    server.stop()
 
 
 def run_client(port: int) -> tuple[int, dict, list[dict]]:
     res = subprocess.run(
-        [str(loadgen_path()), "integrity", "--target", f"127.0.0.1:{port}", "--bytes", "2m",
+        [str(loadgen.path()), "integrity", "--target", f"127.0.0.1:{port}", "--bytes", "2m",
          "--max-session", "256k", "--concurrency", "4", "--timeout", "30", "--stall", "10"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     lines = res.stdout.splitlines()
