@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (ClientHello parser, PROXY protocol header
-# parser, configuration loader and validator) with clang + ASan/UBSan in their
-# own build dir and runs each for a third of SECONDS, starting from captured
-# hellos, sample headers and the shipped and broken configuration files.
+# parser, configuration loader and validator, PostgreSQL first-message
+# classifier, admin API request parser) with clang + ASan/UBSan in their own
+# build dir and runs each for a fifth of SECONDS, starting from captured
+# hellos, sample headers, the shipped and broken configuration files, sample
+# PostgreSQL starts and sample admin requests.
 #
 #   tools/fuzz.sh [SECONDS] [BUILD_DIR]    (defaults: 60, build-fuzz)
 #
@@ -26,8 +28,9 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_sanitize=address,undefined -Db_lundef=false
 fi
 # Only the fuzz target: the rest of the tree is not needed here.
-ninja -C "$build" tests/fuzz/fuzz_client_hello tests/fuzz/fuzz_proxy_header tests/fuzz/fuzz_config
-share=$(( (seconds + 2) / 3 ))
+targets=(fuzz_client_hello fuzz_proxy_header fuzz_config fuzz_postgres_start fuzz_admin_request)
+ninja -C "$build" "${targets[@]/#/tests/fuzz/}"
+share=$(( (seconds + ${#targets[@]} - 1) / ${#targets[@]} ))
 
 # A fresh scratch corpus each run: the captured hellos as they are, and each
 # behind the 3-byte parameter prefix the target reads (cap 16384, a split seed)
@@ -78,3 +81,38 @@ rm -rf "$ccorpus"
 mkdir -p "$ccorpus"
 cp "$root"/conf/*.toml "$root"/tests/data/bad-configs/*.toml "$ccorpus/"
 run_fuzzer fuzz_config 8192 "$ccorpus"
+
+# PostgreSQL first messages: SSLRequest alone and followed by a captured
+# ClientHello, direct TLS, a StartupMessage, GSSENCRequest and CancelRequest.
+pgcorpus="$build/fuzz-corpus-postgres"
+rm -rf "$pgcorpus"
+mkdir -p "$pgcorpus"
+ssl_request='\000\000\000\010\004\322\026\057'
+printf "$ssl_request" > "$pgcorpus/ssl_request"
+{ printf "$ssl_request"; cat "$root/tests/data/hello_openssl_tls13_sni.bin"; } > "$pgcorpus/ssl_request_hello"
+cp "$root/tests/data/hello_openssl_tls13_alpn.bin" "$pgcorpus/direct_tls"
+printf '\000\000\000\051\000\003\000\000user\000alice\000database\000db\000\000' > "$pgcorpus/startup"
+printf '\000\000\000\010\004\322\026\060' > "$pgcorpus/gssenc_request"
+printf '\000\000\000\020\004\322\026\056\000\000\004\322\000\000\026\056' > "$pgcorpus/cancel_request"
+run_fuzzer fuzz_postgres_start 20000 "$pgcorpus"
+
+# Admin API requests: the routes the API serves, a chunked body, a
+# 100-continue upload, and a few broken ones. The first three bytes are the
+# target's parameters (limits, split seed).
+acorpus="$build/fuzz-corpus-admin"
+rm -rf "$acorpus"
+mkdir -p "$acorpus"
+admin_seed() {  # name, request text
+  printf '\000\001\002%b' "$2" > "$acorpus/$1"
+}
+admin_seed get_status 'GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: */*\r\n\r\n'
+admin_seed get_metrics 'GET /metrics?x=1 HTTP/1.1\r\nAuthorization: Bearer t0ken\r\n\r\n'
+admin_seed post_drain 'POST /upstreams/pg/servers/10.0.0.1%3A5432/drain HTTP/1.1\r\nContent-Length: 0\r\n\r\n'
+admin_seed put_weight 'PUT /upstreams/pg/servers/10.0.0.1:5432/weight HTTP/1.1\r\nContent-Length: 2\r\n\r\n50'
+admin_seed put_config 'PUT /config HTTP/1.1\r\nContent-Length: 28\r\nExpect: 100-continue\r\n\r\n[global]\nworkers = 1\nx = 1\n\n'
+admin_seed chunked 'POST /reload HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n'
+admin_seed repeated 'GET / HTTP/1.1\r\nX-A: 1\r\nx-a: 2\r\nX-A: 3\r\n\r\n'
+admin_seed bad_version 'GET / HTTP/9.9\r\n\r\n'
+admin_seed bad_length 'POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n'
+admin_seed pipelined 'GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n'
+run_fuzzer fuzz_admin_request 70000 "$acorpus"

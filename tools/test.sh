@@ -150,7 +150,7 @@ suite build-ci "default build"
 [[ $quick -eq 1 ]] && splice_suite build-ci "default build"
 
 if [[ $quick -eq 0 ]]; then
-  run_step "fuzz ClientHello, PROXY header and configuration parsers ${fuzz_seconds}s" tools/fuzz.sh "$fuzz_seconds"
+  run_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start and admin request parsers ${fuzz_seconds}s" tools/fuzz.sh "$fuzz_seconds"
   echo "== build with AddressSanitizer + UndefinedBehaviorSanitizer"
   if tools/build.sh build-asan -Dstrict=true -Db_sanitize=address,undefined -Db_lundef=false; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
