@@ -177,7 +177,7 @@ class Backend:
 # --------------------------------------------------------------------------
 # sluice
 
-def sluice_config(workdir, ports, workers):
+def sluice_config(workdir, ports, workers, splice):
     servers = ", ".join(f'{{ address = "127.0.0.1:{p}" }}' for p in ports)
     return "\n".join([
         "[global]",
@@ -192,6 +192,7 @@ def sluice_config(workdir, ports, workers):
         'upstream = "backends"',
         'connect_timeout = "1s"',
         "tries = 3",
+        *([f'splice = "{splice}"'] if splice else []),
         "",
         "[upstream.backends]",
         'balance = "least_conn"',
@@ -204,10 +205,10 @@ def sluice_config(workdir, ports, workers):
     ])
 
 
-def start_sluice(binary, workdir, ports, workers):
+def start_sluice(binary, workdir, ports, workers, splice):
     config = os.path.join(workdir, "sluice.toml")
     with open(config, "w") as f:
-        f.write(sluice_config(workdir, ports, workers))
+        f.write(sluice_config(workdir, ports, workers, splice))
     found: list[int] = []
     lines: collections.deque[str] = collections.deque(maxlen=50)
 
@@ -290,14 +291,14 @@ def run(args, workdir):
     try:
         for b in backends:
             b.start()
-        sluice, sluice_port, sluice_lines = start_sluice(args.sluice, workdir, [b.port for b in backends],
-                                                         args.workers)
+        sluice, sluice_port, _ = start_sluice(args.sluice, workdir, [b.port for b in backends],
+                                              args.workers, args.splice)
         budget = args.gigabytes * 1e9
         # Kills spread over 5 % .. 75 % of the bytes: the last sessions run
         # undisturbed, so that failures come from kills and not from the end.
         thresholds = [budget * (0.05 + 0.70 * (i + 0.5) / args.kills) for i in range(args.kills)]
         print(f"integrity: {gb(budget)} through sluice (pid {sluice.proc.pid}, {args.workers} workers, "
-              f"least_conn) to {args.backends} backends, {args.concurrency} sessions at a time, "
+              f"least_conn, splice {args.splice or 'off'}) to {args.backends} backends, {args.concurrency} sessions at a time, "
               f"{args.kills} kills, at most {args.max_seconds:g} s", flush=True)
         t0 = time.monotonic()
         client = Client(args.loadgen, workdir, sluice_port, args)
@@ -414,6 +415,8 @@ def parse_args():
     ap.add_argument("--loadgen", help="loadgen binary (default: tools/loadgen next to --sluice)")
     ap.add_argument("--backends", type=int, default=4)
     ap.add_argument("--workers", type=int, default=2, help="sluice worker threads")
+    ap.add_argument("--splice", choices=["off", "pipe", "auto"],
+                    help="the listener's splice mode (default: not set, which is off)")
     ap.add_argument("--concurrency", type=int, default=32, help="sessions open at a time")
     ap.add_argument("--max-session-mb", type=float, default=64.0,
                     help="largest session, both directions together (MiB); sizes are log-uniform from 4 KiB")

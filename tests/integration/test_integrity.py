@@ -31,10 +31,11 @@ def result_of(stdout: str) -> dict:
 
 def test_killed_backends_never_corrupt_or_silently_truncate_a_session():
     loadgen.path()
+    splice = ["--splice", harness.SPLICE_MODE] if harness.SPLICE_MODE else []
     res = subprocess.run(
         [sys.executable, str(INTEGRITY), "--sluice", str(harness.sluice_bin()),
          "--gigabytes", "0.6", "--kills", "3", "--down-ms", "50", "--max-session-mb", "32",
-         "--max-seconds", "50", "--stall-seconds", "20"],
+         "--max-seconds", "50", "--stall-seconds", "20", *splice],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
