@@ -14,6 +14,18 @@ namespace {
 
 Pump* pump_of(const uv_handle_t* h) { return static_cast<Pump*>(static_cast<HandleOwner*>(h->data)); }
 
+// The socket's pending error (SO_ERROR) as a libuv error code, 0 if none.
+int pending_error(uv_stream_t* s) {
+  uv_os_fd_t fd = -1;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(s), &fd) != 0 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err == 0) {
+    return 0;
+  }
+  return uv_translate_sys_error(err);
+}
+
 }  // namespace
 
 int Pump::start() {
@@ -70,6 +82,14 @@ void Pump::on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
   if (buf->base != nullptr) p->session->pool().put(Buffer::from_data(buf->base));
   if (nread == 0 || p->session->closing()) return;  // 0 is EAGAIN, not EOF
   if (nread == UV_EOF) {
+    // libuv also reports EOF for a hang-up that follows a short read without
+    // reading again, and a reset is a hang-up: only the socket's pending
+    // error tells a peer that aborted from one that finished. Forwarding a
+    // FIN for a reset would pass a truncated stream off as complete.
+    if (const int err = pending_error(s); err != 0) {
+      p->session->on_pump_error(*p, err, false);
+      return;
+    }
     // libuv has stopped reading this stream. Forward the FIN once every byte
     // already queued for dst has been written (uv_shutdown waits for them).
     p->reading = false;

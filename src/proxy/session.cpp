@@ -721,12 +721,21 @@ void Session::finish(Cause cause) {
   stage_.reset();
   // The poll handles leave epoll before the sockets they watch close.
   if (splicer_) splicer_->close(on_close_cb);
-  uv_close(as_handle(&client_), on_close_cb);
+  // A peer that aborted is reported to the other peer the only way TCP can:
+  // with a reset. A FIN would tell it the stream was complete.
+  close_tcp(client_, cause == Cause::server_reset);
   uv_close(as_handle(&timer_), on_close_cb);
   if (server_open_ && !server_closing_) {
     server_closing_ = true;
-    uv_close(as_handle(&server_), on_close_cb);
+    close_tcp(server_, cause == Cause::client_reset && connected_);
   }
+}
+
+void Session::close_tcp(uv_tcp_t& tcp, bool reset) {
+  // uv_tcp_close_reset sets SO_LINGER to zero and closes; libuv refuses it
+  // after a uv_shutdown (EINVAL), and then a plain close has to do.
+  if (reset && uv_tcp_close_reset(&tcp, on_close_cb) == 0) return;
+  uv_close(as_handle(&tcp), on_close_cb);
 }
 
 void Session::on_close_cb(uv_handle_t* h) { session_of(h)->on_handle_closed(h); }

@@ -124,6 +124,7 @@ class Session {
   static void on_client_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
   static void on_timer_cb(uv_timer_t* t);
   static void on_close_cb(uv_handle_t* h);
+  static void close_tcp(uv_tcp_t& tcp, bool reset);
 
   SessionHost& host_;
   std::shared_ptr<const Snapshot> snapshot_;  // keeps the configuration alive for our lifetime
