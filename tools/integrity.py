@@ -392,8 +392,8 @@ def report(args, client, reports, causes, kills, elapsed, sluice_alive):
         text = ", ".join(f"{c} {n}" for c, n in by_kind[kind].most_common())
         print(f"  sluice's causes for '{kind}': {text}")
     if s["short_eof"]:
-        print(f"  {s['short_eof']} session(s) got a clean EOF before the announced end: only the lengths "
-              f"in the protocol told the client it was not a complete answer")
+        print(f"  {s['short_eof']} session(s) got a clean EOF before the announced end: a reset passed on "
+              f"as a FIN, which a client without lengths in its protocol would take for a complete answer")
     print(f"corrupt: {corrupt} (must be 0)" + (f": {s.get('first_error', '')} {backend_corrupt[:3]}"
                                                 if corrupt else ""))
     print(f"truncations: {truncations} (must be 0)" +
@@ -402,6 +402,10 @@ def report(args, client, reports, causes, kills, elapsed, sluice_alive):
     checks = {
         "corrupt is 0": corrupt == 0,
         "truncations is 0": truncations == 0,
+        # The backends reset whatever a kill interrupts (SO_LINGER 0 until
+        # their trailer), so every interrupted session must reach its client
+        # as a reset too.
+        "no clean EOF before the announced end": s["short_eof"] == 0,
         "nothing stalled or unfinished": s["stalled"] == 0 and s["unfinished"] == 0,
         "sessions completed": s["completed"] > 0,
         "every kill happened": kills == args.kills,

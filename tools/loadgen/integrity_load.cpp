@@ -128,6 +128,9 @@ class IntegritySlot : public Handler {
   void on_event(std::uint32_t events) override {
     if (connecting_) {
       int err = connect_result(fd_);
+      // A reset before the connect is seen complete: sluice accepted, its
+      // server reset at once, and sluice passed the reset on.
+      if (err == ECONNRESET) return fail("reset", errno_text("connect", err));
       if (err != 0) return fail("error", errno_text("connect", err));
       connecting_ = false;
       sockaddr_storage local{};
