@@ -401,7 +401,7 @@ class Proxy:
         self.log = os.path.join(workdir, f"{system}-{tag}.log")
         conf_dir = os.path.join(workdir, f"{system}-{tag}")
         os.makedirs(conf_dir, exist_ok=True)
-        if system == "sluice" or system in SPLICE_SYSTEMS:
+        if system in ("sluice", "sluice-base") or system in SPLICE_SYSTEMS:
             path = os.path.join(conf_dir, "sluice.toml")
             text = sluice_config(self.port, plain, tls, balance, SPLICE_SYSTEMS.get(system))
             argv = [binary, "-c", path]
@@ -928,10 +928,13 @@ def print_table(load, summary, systems, profile):
         cells.append(f"{s['client_busy']:.0f}" if s.get("client_busy") is not None else "–")
         print("| " + " | ".join(cells) + " |")
     ratio_rows = []
-    for mine in [m for m in systems if m == "sluice" or m in SPLICE_SYSTEMS]:
+    for mine in [m for m in systems if m in ("sluice", "sluice-base") or m in SPLICE_SYSTEMS]:
         if isinstance(summary[mine], str):
             continue
-        for other in ("haproxy", "nginx"):
+        others = ["haproxy", "nginx"]
+        if mine == "sluice":
+            others.insert(0, "sluice-base")
+        for other in others:
             if other in systems and not isinstance(summary[other], str):
                 ratio_rows.append((mine, other))
     if ratio_rows:
@@ -1036,6 +1039,9 @@ def parse_args():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sluice", default="build/sluice")
     ap.add_argument("--loadgen", default="build/tools/loadgen")
+    ap.add_argument("--sluice-base", metavar="BINARY",
+                    help="also run this sluice binary as system sluice-base (an earlier build: "
+                         "before/after figures from one run)")
     ap.add_argument("--haproxy", default=shutil.which("haproxy") or "/usr/sbin/haproxy")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--only", default=",".join(ALL_SYSTEMS),
@@ -1053,7 +1059,10 @@ def parse_args():
         args.profile = "quick"
     args.systems = [s for s in args.only.split(",") if s]
     args.load_list = [l for l in args.loads.split(",") if l]
-    bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in SPLICE_SYSTEMS] + \
+    if args.sluice_base and "sluice-base" not in args.systems:
+        args.systems.insert(1, "sluice-base")
+    bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in SPLICE_SYSTEMS
+           and not (s == "sluice-base" and args.sluice_base)] + \
           [l for l in args.load_list if l not in ALL_LOADS]
     if bad:
         ap.error("unknown system or load: " + ", ".join(bad))
@@ -1085,7 +1094,7 @@ def main():
         print(f"bench: loadgen not found at {args.loadgen} (build it first)", file=sys.stderr)
         return 2
     binaries = {"sluice": args.sluice, "haproxy": args.haproxy, "nginx": args.nginx,
-                **{name: args.sluice for name in SPLICE_SYSTEMS}}
+                **{name: args.sluice for name in SPLICE_SYSTEMS}, "sluice-base": args.sluice_base}
     profile = PROFILES[args.profile]
     asked = list(args.load_list)
     skipped = skip_unavailable(args.load_list)
