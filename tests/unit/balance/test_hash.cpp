@@ -17,19 +17,6 @@ using namespace sluice;
 
 namespace {
 
-// Client-address-like keys from a fixed seed, so every run sees the same set.
-std::vector<std::string> make_keys(std::size_t n) {
-  std::mt19937_64 rng(20240611);
-  std::vector<std::string> keys;
-  keys.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t r = rng();
-    keys.push_back(std::to_string(10 + (r & 0x7f)) + "." + std::to_string((r >> 8) & 0xff) + "." +
-                   std::to_string((r >> 16) & 0xff) + "." + std::to_string((r >> 24) & 0xff));
-  }
-  return keys;
-}
-
 std::string addr(int i) { return "10.0.0." + std::to_string(i) + ":6379"; }
 
 test::Pool pool_of(const std::vector<std::string>& addrs) {
@@ -54,7 +41,7 @@ std::vector<std::string> ten_addrs() {
 }
 
 const std::vector<std::string>& keys_100k() {
-  static const std::vector<std::string> keys = make_keys(100000);
+  static const std::vector<std::string> keys = test::client_keys(100000);
   return keys;
 }
 
