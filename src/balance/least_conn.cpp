@@ -12,13 +12,13 @@ namespace {
 constexpr std::uint64_t kTagScale = 1024 * 100000;
 constexpr std::size_t kAbsent = kNoCandidate;
 
-std::uint64_t weight_of(const Candidate& c) { return c.weight == 0 ? 1 : c.weight; }
+std::uint32_t weight_of(const Candidate& c) { return c.weight == 0 ? 1 : c.weight; }
 
 }  // namespace
 
 bool LeastConnBalancer::before(const Slot& a, const Slot& b) {
-  const std::uint64_t l = a.active * b.weight;
-  const std::uint64_t r = b.active * a.weight;
+  const std::uint64_t l = std::uint64_t{a.active} * b.weight;
+  const std::uint64_t r = std::uint64_t{b.active} * a.weight;
   if (l != r) return l < r;
   if (a.tag != b.tag) return a.tag < b.tag;
   return a.index < b.index;
@@ -70,7 +70,7 @@ void LeastConnBalancer::reset(std::span<const Candidate> candidates) {
     if (!c.eligible) continue;
     tag_[i] = std::max(tag_[i], vtime_);
     pos_[i] = heap_.size();
-    heap_.push_back(Slot{c.active, weight_of(c), tag_[i], i});
+    heap_.push_back(Slot{tag_[i], c.active, weight_of(c), static_cast<std::uint32_t>(i)});
   }
   heapify();
 }
@@ -82,7 +82,7 @@ void LeastConnBalancer::update(std::size_t index, const Candidate& c) {
     if (pos != kAbsent) remove(index);
     return;
   }
-  Slot s{c.active, weight_of(c), tag_[index], index};
+  Slot s{tag_[index], c.active, weight_of(c), static_cast<std::uint32_t>(index)};
   if (pos == kAbsent || lighter(s, heap_[pos])) {
     // Back in the pool, or less loaded than it was: no credit for the time
     // it was not competing.
@@ -96,8 +96,7 @@ void LeastConnBalancer::update(std::size_t index, const Candidate& c) {
     return;
   }
   put(pos, s);
-  sift_up(pos);
-  sift_down(pos_[index]);
+  fix(pos);
 }
 
 std::size_t LeastConnBalancer::choose_indexed(std::string_view /*key*/) {
@@ -166,8 +165,15 @@ void LeastConnBalancer::remove(std::size_t index) {
   heap_.pop_back();
   if (pos == heap_.size()) return;
   put(pos, last);
-  sift_up(pos);
-  sift_down(pos_[last.index]);
+  fix(pos);
+}
+
+void LeastConnBalancer::fix(std::size_t pos) {
+  if (pos > 0 && before(heap_[pos], heap_[(pos - 1) / 2])) {
+    sift_up(pos);
+  } else {
+    sift_down(pos);
+  }
 }
 
 void LeastConnBalancer::heapify() {

@@ -35,12 +35,14 @@ class LeastConnBalancer final : public Balancer {
 
  private:
   struct Slot {
-    std::uint64_t active;
-    std::uint64_t weight;  // >= 1
     std::uint64_t tag;     // copy of tag_[index]
-    std::size_t index;
+    std::uint32_t active;
+    std::uint32_t weight;  // >= 1
+    std::uint32_t index;
   };
-  static bool lighter(const Slot& a, const Slot& b) { return a.active * b.weight < b.active * a.weight; }
+  static bool lighter(const Slot& a, const Slot& b) {
+    return std::uint64_t{a.active} * b.weight < std::uint64_t{b.active} * a.weight;
+  }
   static bool before(const Slot& a, const Slot& b);
 
   void grow(std::size_t n);
@@ -51,6 +53,8 @@ class LeastConnBalancer final : public Balancer {
   void put(std::size_t pos, const Slot& s);
   void sift_up(std::size_t pos);
   void sift_down(std::size_t pos);
+  // Restores the order around `pos` after its slot changed.
+  void fix(std::size_t pos);
   void remove(std::size_t index);
   void heapify();
 

@@ -51,6 +51,18 @@ struct Pool {
   const std::string& text(std::size_t i) const { return texts[i]; }
 };
 
+// `n` candidates for random histories: weights from `weight()`, about four
+// in five eligible.
+template <typename Weight>
+std::vector<Candidate> random_candidates(std::mt19937& rng, std::size_t n, Weight weight) {
+  std::vector<Candidate> c(n);
+  for (Candidate& x : c) {
+    x.weight = weight();
+    x.eligible = rng() % 5 != 0;
+  }
+  return c;
+}
+
 // Client-address-like hash keys from a fixed seed, so every run sees the same set.
 inline std::vector<std::string> client_keys(std::size_t n) {
   std::mt19937_64 rng(20240611);

@@ -176,12 +176,8 @@ bool lightest(const std::vector<Candidate>& c, std::size_t chosen) {
 // so they must agree pick for pick, and every pick must be a lightest one.
 void agree_on_random_history(std::uint64_t rebase_at, std::uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<Candidate> c(40);
   auto some_weight = [&] { return 100 * (1 + static_cast<std::uint32_t>(rng() % 4)); };
-  for (Candidate& x : c) {
-    x.weight = some_weight();
-    x.eligible = rng() % 5 != 0;
-  }
+  std::vector<Candidate> c = test::random_candidates(rng, 40, some_weight);
   LeastConnBalancer indexed(rebase_at);
   LeastConnBalancer scanned(rebase_at);
   indexed.reset(c);
