@@ -45,11 +45,18 @@ Upstream::Upstream(const UpstreamConfig& config, std::vector<std::shared_ptr<Ser
 
   std::lock_guard lock(mu_);
   const TimePoint now = Clock::now();
-  for (std::size_t i = 0; i < n; ++i) read(i, now);
+  for (std::size_t i = 0; i < n; ++i) {
+    View& v = views_[i];
+    v.seed = members_[i].seed;
+    v.max_conns = members_[i].config.max_conns;
+    v.backup = members_[i].config.backup;
+    v.active = members_[i].state->active.load(std::memory_order_relaxed);
+    read(i, now);
+  }
   for (std::size_t tier = 0; tier < (any_backup ? 2U : 1U); ++tier) {
     tiers_[tier] = make_balancer(config_.balance, config_.hash_balance_factor, random_seed + tier);
     for (std::size_t i = 0; i < n; ++i) {
-      candidates_[i] = candidate(i);
+      describe(i, candidates_[i]);
       if (tier_of(i) != tier) candidates_[i].eligible = candidates_[i].up = false;
     }
     tiers_[tier]->reset(candidates_);
@@ -108,16 +115,11 @@ void Upstream::read(std::size_t i, TimePoint now) {
   }
 }
 
-Candidate Upstream::candidate(std::size_t i) const {
-  const Member& m = members_[i];
-  const View& v = views_[i];
+void Upstream::publish(std::size_t i) {
+  views_[i].active = members_[i].state->active.load(std::memory_order_relaxed);
   Candidate c;
-  c.seed = m.seed;
-  c.weight = v.weight;
-  c.active = m.state->active.load(std::memory_order_relaxed);
-  c.up = v.up;
-  c.eligible = v.up && (m.config.max_conns == 0 || c.active < m.config.max_conns);
-  return c;
+  describe(i, c);
+  tiers_[tier_of(i)]->update(i, c);
 }
 
 void Upstream::catch_up(TimePoint now) {
@@ -170,14 +172,14 @@ void Upstream::catch_up(TimePoint now) {
 }
 
 std::size_t Upstream::scan(bool ignore_health, const TriedSet& tried, std::string_view key) {
+  // Views are as current as the balancers' indexes: no server state is read.
   for (std::size_t tier = 0; tier < 2 && tiers_[tier]; ++tier) {
     bool any = false;
-    for (std::size_t i = 0; i < members_.size(); ++i) {
+    for (std::size_t i = 0; i < views_.size(); ++i) {
+      const View& v = views_[i];
       Candidate& c = candidates_[i];
-      c = candidate(i);
-      const bool allowed = ignore_health ? views_[i].enabled : views_[i].up;
-      const std::uint32_t max_conns = members_[i].config.max_conns;
-      c.eligible = allowed && tier_of(i) == tier && !tried.contains(i) && (max_conns == 0 || c.active < max_conns);
+      describe(i, c);
+      c.eligible = (ignore_health ? v.enabled : v.up) && has_room(v) && tier_of(i) == tier && !tried.contains(i);
       any = any || c.eligible;
     }
     if (!any) continue;

@@ -79,8 +79,12 @@ class Upstream final : public ServerWatcher {
   void server_changed(std::size_t index) override;
 
  private:
-  // What this pool last read from a member's state (under mu_).
+  // What this pool last read from a member's state (under mu_), and what
+  // the file says that a pick needs, so that a scan reads only views.
   struct View {
+    std::uint64_t seed = 0;
+    std::uint32_t max_conns = 0;
+    bool backup = false;
     bool enabled = false;  // admin state "enabled"
     bool up = false;       // enabled, not down by active checks, let in by passive health
     bool timed = false;    // in timed_
@@ -89,15 +93,25 @@ class Upstream final : public ServerWatcher {
     TimePoint up_since{};                     // slow start's start; the epoch: none
     std::uint32_t base_weight = 1;
     std::uint32_t weight = 1;  // what the balancers see: hundredths, ramped (hash: the base weight)
+    std::uint32_t active = 0;  // the server's count when last published
   };
 
   // Reads member i's state into its view (not its active count).
   void read(std::size_t i, TimePoint now);
-  // The candidate member i is for its tier's balancer, with its active count now.
-  Candidate candidate(std::size_t i) const;
-  // Tells member i's tier balancer about it.
-  void publish(std::size_t i) { tiers_[tier_of(i)]->update(i, candidate(i)); }
-  std::size_t tier_of(std::size_t i) const { return members_[i].config.backup ? 1 : 0; }
+  static bool has_room(const View& v) { return v.max_conns == 0 || v.active < v.max_conns; }
+  // Writes member i as its tier's balancer sees it into `c` (in place: a
+  // returned Candidate costs a store-forwarding stall per member in a scan).
+  void describe(std::size_t i, Candidate& c) const {
+    const View& v = views_[i];
+    c.seed = v.seed;
+    c.weight = v.weight;
+    c.active = v.active;
+    c.up = v.up;
+    c.eligible = v.up && has_room(v);
+  }
+  // Reads member i's active count and tells its tier's balancer about it.
+  void publish(std::size_t i);
+  std::size_t tier_of(std::size_t i) const { return views_[i].backup ? 1 : 0; }
   std::uint32_t weight_at(const View& v, TimePoint now) const;
   // Brings views and balancers up to `now`: notices, ended periods, ramps.
   void catch_up(TimePoint now);
