@@ -1,15 +1,20 @@
 // Balancer microbenchmark: nanoseconds per pick at 1, 64 and 1 000 servers,
-// for every algorithm, two ways:
-//   - "algorithm": Balancer::choose() alone over a prepared candidate span;
-//   - "upstream": Upstream::pick(), what a session pays (the pick lock,
-//     building the candidate list from every server's state, the choice),
-//     with release() after each pick so the active counts stay put.
+// for every algorithm, four ways:
+//   - "choose() scan": Balancer::choose() over a prepared candidate span;
+//   - "choose_indexed()": the balancer's own index, kept current with
+//     update() after every pick and release, as Upstream does;
+//   - "Upstream::pick": what a session pays (the pick lock, the choice, the
+//     accounting), with release() after each pick so the counts stay put;
+//   - "retry": Upstream::pick() with one server already tried, which scans
+//     every server (not measured at one server: nothing is left to pick).
 // A pick whose cost grows with the number of servers shows here first.
 //
-//   build/tools/bench_balance [SECONDS_PER_CASE]   (default 0.3)
+//   build/tools/bench_balance [SECONDS_PER_CASE [ALGORITHM...]]   (default 0.3, all)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,23 +60,34 @@ std::string address(std::size_t i) {
          std::to_string(i & 255) + ":5432";
 }
 
-// A hash key per call from a small set, as SNI names would be.
-std::string key_of(std::uint64_t i) { return "tenant-" + std::to_string(i % 997) + ".db.example"; }
+// Hash keys from a small set, as SNI names would be.
+const std::vector<std::string>& keys() {
+  static const std::vector<std::string> k = [] {
+    std::vector<std::string> v;
+    for (std::uint64_t i = 0; i < 997; ++i) v.push_back("tenant-" + std::to_string(i) + ".db.example");
+    return v;
+  }();
+  return k;
+}
 
-double bench_algorithm(Balance b, std::size_t n, double seconds) {
+std::vector<Candidate> candidates(std::size_t n) {
   std::vector<Candidate> cands(n);
   for (std::size_t i = 0; i < n; ++i) {
     cands[i].seed = rendezvous_server_seed(address(i));
     cands[i].weight = 1 + static_cast<std::uint32_t>(i % 3);
     cands[i].active = static_cast<std::uint32_t>(i % 7);
     cands[i].eligible = true;
+    cands[i].up = true;
   }
+  return cands;
+}
+
+double bench_scan(Balance b, std::size_t n, double seconds) {
+  std::vector<Candidate> cands = candidates(n);
   auto balancer = make_balancer(b, 0.0, 42);
-  std::vector<std::string> keys;
-  for (std::uint64_t i = 0; i < 997; ++i) keys.push_back(key_of(i));
   std::size_t sink = 0;
   const double ns = time_per_call(seconds, [&](std::uint64_t i) {
-    const std::size_t k = balancer->choose(cands, keys[i % keys.size()]);
+    const std::size_t k = balancer->choose(cands, keys()[i % keys().size()]);
     // Keep the counts moving as sessions would, so least_conn cannot settle.
     cands[k].active ^= 1;
     sink += k;
@@ -80,7 +96,26 @@ double bench_algorithm(Balance b, std::size_t n, double seconds) {
   return ns;
 }
 
-double bench_upstream(Balance b, std::size_t n, double seconds) {
+double bench_indexed(Balance b, std::size_t n, double seconds) {
+  std::vector<Candidate> cands = candidates(n);
+  auto balancer = make_balancer(b, 0.0, 42);
+  balancer->reset(cands);
+  std::deque<std::size_t> held;  // a few sessions stay open, so counts differ
+  return time_per_call(seconds, [&](std::uint64_t i) {
+    const std::size_t k = balancer->choose_indexed(keys()[i % keys().size()]);
+    ++cands[k].active;
+    balancer->update(k, cands[k]);
+    held.push_back(k);
+    if (held.size() > 32) {
+      const std::size_t r = held.front();
+      held.pop_front();
+      --cands[r].active;
+      balancer->update(r, cands[r]);
+    }
+  });
+}
+
+std::unique_ptr<Upstream> make_upstream(Balance b, std::size_t n) {
   UpstreamConfig uc;
   uc.name = "u";
   uc.balance = b;
@@ -93,19 +128,22 @@ double bench_upstream(Balance b, std::size_t n, double seconds) {
     uc.servers.push_back(sc);
     states.push_back(std::make_shared<ServerState>("u", sc.address, uc.max_fails, uc.fail_timeout));
   }
-  Upstream up(uc, states, 42);
-  std::vector<std::string> keys;
-  for (std::uint64_t i = 0; i < 997; ++i) keys.push_back(key_of(i));
-  const TriedSet none;
-  std::vector<long> held;  // a few sessions stay open, so counts differ
+  return std::make_unique<Upstream>(uc, states, 42);
+}
+
+double bench_upstream(Balance b, std::size_t n, double seconds, bool retry) {
+  auto up = make_upstream(b, n);
+  TriedSet tried;
+  if (retry) tried.add(0);
+  std::deque<std::size_t> held;
   const TimePoint now = Clock::now();
   return time_per_call(seconds, [&](std::uint64_t i) {
-    const long k = up.pick(none, keys[i % keys.size()], now);
+    const long k = up->pick(tried, keys()[i % keys().size()], now);
     if (k < 0) std::abort();
-    held.push_back(k);
+    held.push_back(static_cast<std::size_t>(k));
     if (held.size() > 32) {
-      up.release(static_cast<std::size_t>(held.front()));
-      held.erase(held.begin());
+      up->release(held.front());
+      held.pop_front();
     }
   });
 }
@@ -114,11 +152,21 @@ double bench_upstream(Balance b, std::size_t n, double seconds) {
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 0.3;
-  std::printf("| algorithm | servers | ns/pick (algorithm) | ns/pick (Upstream::pick) |\n|---|---|---|---|\n");
+  std::printf(
+      "| algorithm | servers | choose() scan | choose_indexed() | Upstream::pick | Upstream::pick, retry |\n"
+      "|---|---|---|---|---|---|\n");
   for (Balance b : {Balance::least_conn, Balance::round_robin, Balance::hash, Balance::random}) {
+    bool wanted = argc <= 2;
+    for (int a = 2; a < argc; ++a) wanted = wanted || std::strcmp(argv[a], name_of(b)) == 0;
+    if (!wanted) continue;
     for (std::size_t n : {1UL, 64UL, 1000UL}) {
-      std::printf("| %s | %zu | %.1f | %.1f |\n", name_of(b), n, bench_algorithm(b, n, seconds),
-                  bench_upstream(b, n, seconds));
+      std::printf("| %s | %zu | %.1f | %.1f | %.1f | ", name_of(b), n, bench_scan(b, n, seconds),
+                  bench_indexed(b, n, seconds), bench_upstream(b, n, seconds, false));
+      if (n > 1) {
+        std::printf("%.1f |\n", bench_upstream(b, n, seconds, true));
+      } else {
+        std::printf("- |\n");
+      }
       std::fflush(stdout);
     }
   }

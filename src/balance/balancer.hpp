@@ -1,8 +1,14 @@
 // One small interface for every balancing algorithm (HAProxy's lb_ops). The
-// algorithms are pure: they see a span of candidates (weight, active count,
-// hash seed, eligibility) in the pool's stable order and return an index. Who
-// is eligible (health, drain, max_conns, tiers, servers already tried) is the
-// caller's business.
+// algorithms are pure: they see candidates (weight, active count, hash seed,
+// eligibility) by their index in the pool's stable order and return an index.
+// Who is eligible (health, drain, max_conns, tiers, servers already tried) is
+// the caller's business.
+//
+// Two ways to ask, over the same per-server state (so they can be mixed):
+//   - choose(): a scan over a span of every candidate, built for this pick;
+//   - choose_indexed(): over the balancer's own copy of the candidates, kept
+//     current by reset() and update(); an algorithm keeps whatever index lets
+//     it answer without looking at every candidate.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "sluice/config.hpp"
 
@@ -21,6 +28,11 @@ struct Candidate {
   std::uint32_t weight = 1;  // > 0; relative share (effective weight, e.g. during slow start)
   std::uint32_t active = 0;  // sessions on this server now
   bool eligible = false;     // may take this connection
+  // Health and admin state let the server take connections: it is eligible
+  // unless it is full (max_conns) or excluded for this pick. Consistent hash
+  // tables are built over the servers that are up, so that a server filling
+  // up does not move keys. Only choose_indexed() looks at it.
+  bool up = false;
 };
 
 inline constexpr std::size_t kNoCandidate = std::numeric_limits<std::size_t>::max();
@@ -32,8 +44,19 @@ class Balancer {
   // eligible. `key` is the hash key (empty if none). `candidates` always has
   // the same length and order for one Balancer (the whole pool), so that
   // implementations may keep per-server state by index. Not thread-safe: the
-  // caller serialises calls.
+  // caller serialises calls to all methods.
   virtual std::size_t choose(std::span<const Candidate> candidates, std::string_view key) = 0;
+
+  // Replaces the balancer's copy of the whole pool.
+  virtual void reset(std::span<const Candidate> candidates) { pool_.assign(candidates.begin(), candidates.end()); }
+  // One candidate changed (index < the size given to reset()).
+  virtual void update(std::size_t index, const Candidate& c) { pool_[index] = c; }
+  // choose() over the copy. The default scans it; algorithms override this
+  // with an index of their own.
+  virtual std::size_t choose_indexed(std::string_view key) { return choose(pool_, key); }
+
+ protected:
+  std::vector<Candidate> pool_;  // the copy kept by reset() and update()
 };
 
 // `seed` seeds the random balancer (ignored by the others).

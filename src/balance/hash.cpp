@@ -11,6 +11,8 @@ std::uint64_t rendezvous_server_seed(std::string_view address_text) {
   return XXH3_64bits(address_text.data(), address_text.size());
 }
 
+std::uint64_t maglev_key_hash(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
+
 double rendezvous_score(std::string_view key, std::uint64_t server_seed, std::uint32_t weight) {
   const std::uint64_t h = XXH3_64bits_withSeed(key.data(), key.size(), server_seed);
   // The top 53 bits, centred in their bucket: u is strictly inside (0,1), so
@@ -73,6 +75,49 @@ std::size_t HashBalancer::choose(std::span<const Candidate> candidates, std::str
     if (static_cast<double>(candidates[c.index].active) + 1.0 <= bound) return c.index;
   }
   return scored_.front().index;
+}
+
+void HashBalancer::reset(std::span<const Candidate> candidates) {
+  Balancer::reset(candidates);
+  total_active_ = 0;
+  eligible_ = 0;
+  for (const Candidate& c : pool_) {
+    total_active_ += c.active;
+    if (c.eligible) ++eligible_;
+  }
+  rebuild();
+}
+
+void HashBalancer::update(std::size_t index, const Candidate& c) {
+  Candidate& old = pool_[index];
+  total_active_ = total_active_ - old.active + c.active;
+  eligible_ = eligible_ - (old.eligible ? 1 : 0) + (c.eligible ? 1 : 0);
+  // Filling up or emptying does not change the table; going up or down does.
+  if (old.up != c.up || (c.up && (old.weight != c.weight || old.seed != c.seed))) table_stale_ = true;
+  old = c;
+}
+
+void HashBalancer::rebuild() {
+  std::vector<MaglevTable::Server> up;
+  for (std::size_t i = 0; i < pool_.size(); ++i) {
+    if (pool_[i].up) up.push_back({pool_[i].seed, pool_[i].weight == 0 ? 1 : pool_[i].weight, i});
+  }
+  table_.build(std::move(up), MaglevTable::size_for(pool_.size()));
+  table_stale_ = false;
+}
+
+bool HashBalancer::within_bound(std::size_t index) const {
+  if (balance_factor_ <= 0.0) return true;
+  const double bound =
+      std::ceil(balance_factor_ * static_cast<double>(total_active_ + 1) / static_cast<double>(eligible_));
+  return static_cast<double>(pool_[index].active) + 1.0 <= bound;
+}
+
+std::size_t HashBalancer::choose_indexed(std::string_view key) {
+  if (table_stale_) rebuild();
+  const std::size_t first = table_.lookup(maglev_key_hash(key));
+  if (first != kNoCandidate && pool_[first].eligible && within_bound(first)) return first;
+  return choose(pool_, key);
 }
 
 }  // namespace sluice

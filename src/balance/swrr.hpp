@@ -1,5 +1,5 @@
-// Smooth weighted round-robin (nginx's ngx_http_upstream_get_peer), shared by
-// round_robin and least_conn's tie-break.
+// Smooth weighted round-robin (nginx's ngx_http_upstream_get_peer): the scan
+// behind round_robin's choose(), and the sequence its heaps reproduce.
 #pragma once
 
 #include <cstddef>

@@ -24,16 +24,16 @@ void PassiveHealth::configure(std::uint32_t max_fails, Duration fail_timeout) {
   }
 }
 
-bool PassiveHealth::eligible(TimePoint now) const {
+TimePoint PassiveHealth::eligible_from() const {
   switch (state_) {
     case State::up:
-      return true;
+      return TimePoint::min();
     case State::down:
-      return now >= down_until_;
+      return down_until_;
     case State::trial:
-      return now >= trial_until_;
+      return trial_until_;
   }
-  return false;
+  return TimePoint::max();
 }
 
 void PassiveHealth::on_selected(TimePoint now) {

@@ -36,7 +36,11 @@ class PassiveHealth {
   void configure(std::uint32_t max_fails, Duration fail_timeout);
 
   // May a new connection be sent here now? (up, or down with its period over)
-  bool eligible(TimePoint now) const;
+  bool eligible(TimePoint now) const { return now >= eligible_from(); }
+  // From when eligible() holds, unless a report or a selection changes the
+  // state first: the clock's minimum when up, else the end of the down
+  // period or of the trial in flight.
+  TimePoint eligible_from() const;
   // The balancer chose this server: a down server whose period is over enters trial.
   void on_selected(TimePoint now);
   // A connect attempt failed (error or timeout); `error` says why, for the log.

@@ -50,14 +50,49 @@ bool ServerState::eligible(TimePoint now) const {
 void ServerState::on_selected(TimePoint now) {
   // A clean server is up: selection changes nothing in its health.
   if (clean_.load(std::memory_order_acquire)) return;
-  std::lock_guard lock(mu_);
-  health_.on_selected(now);
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    const TimePoint before = health_.eligible_from();
+    health_.on_selected(now);
+    changed = health_.eligible_from() != before;
+  }
+  if (changed) notify();
 }
 
 void ServerState::configure_passive(std::uint32_t max_fails, Duration fail_timeout) {
+  {
+    std::lock_guard lock(mu_);
+    health_.configure(max_fails, fail_timeout);
+    clean_.store(health_.state() == PassiveHealth::State::up && health_.fails() == 0, std::memory_order_release);
+  }
+  notify();
+}
+
+TimePoint ServerState::passive_eligible_from() const {
+  if (clean_.load(std::memory_order_acquire)) return TimePoint::min();
   std::lock_guard lock(mu_);
-  health_.configure(max_fails, fail_timeout);
-  clean_.store(health_.state() == PassiveHealth::State::up && health_.fails() == 0, std::memory_order_release);
+  return health_.eligible_from();
+}
+
+void ServerState::watch(ServerWatcher* watcher, std::size_t index) {
+  std::lock_guard lock(watch_mu_);
+  watchers_.emplace_back(watcher, index);
+  watcher_count_.store(watchers_.size(), std::memory_order_release);
+}
+
+void ServerState::unwatch(const ServerWatcher* watcher) {
+  std::lock_guard lock(watch_mu_);
+  std::erase_if(watchers_, [&](const auto& w) { return w.first == watcher; });
+  watcher_count_.store(watchers_.size(), std::memory_order_release);
+}
+
+void ServerState::notify(const ServerWatcher* except) {
+  if (except != nullptr && watcher_count_.load(std::memory_order_acquire) <= 1) return;
+  std::lock_guard lock(watch_mu_);
+  for (const auto& [watcher, index] : watchers_) {
+    if (watcher != except) watcher->server_changed(index);
+  }
 }
 
 void ServerState::report(ConnectResult result, std::string_view error, TimePoint now) {
@@ -82,6 +117,7 @@ void ServerState::report(ConnectResult result, std::string_view error, TimePoint
     }
     clean_.store(health_.state() == PassiveHealth::State::up && health_.fails() == 0, std::memory_order_release);
   }
+  notify();
   // Log outside the lock; each transition is seen by exactly one report() call.
   if (t.changed) {
     if (t.now_up) {
@@ -103,6 +139,7 @@ void ServerState::set_active(ActiveState s, std::string_view reason, Duration de
     if (s == ActiveState::up && before != ActiveState::up) up_since_ = Clock::now();
   }
   if (before == s) return;
+  notify();
   if (s == ActiveState::up) {
     if (before == ActiveState::down) {
       spdlog::info("upstream \"{}\" server {} is up (active check): {} (detected in {})", upstream, address.text,
@@ -126,6 +163,7 @@ void ServerState::set_admin(AdminState s) {
     std::lock_guard lock(mu_);
     admin_since_ms_ = wall_ms();
   }
+  notify();
   spdlog::info("upstream \"{}\" server {}: admin state {} -> {}", upstream, address.text, to_string(before),
                to_string(s));
 }
@@ -133,6 +171,12 @@ void ServerState::set_admin(AdminState s) {
 void ServerState::set_weight_override(std::uint32_t weight, std::uint32_t file_weight) {
   weight_override_base_.store(file_weight, std::memory_order_relaxed);
   weight_override_.store(weight, std::memory_order_relaxed);
+  notify();
+}
+
+void ServerState::clear_weight_override() {
+  weight_override_.store(0, std::memory_order_relaxed);
+  notify();
 }
 
 bool ServerState::passive_up() const {

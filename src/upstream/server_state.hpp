@@ -15,6 +15,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "sluice/config.hpp"
 #include "sluice/time.hpp"
@@ -43,6 +45,22 @@ std::string_view to_string(ActiveState s);
 // Connect-latency histogram buckets (upper bounds, seconds), Prometheus style.
 inline constexpr std::array<double, 12> kConnectBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                            0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+
+// Told when something that can change a pick changes on a server: its admin
+// or active-check state, its passive health, its weight override, the start
+// of its slow start, or its active count when another pool moved it (each
+// Upstream of a configuration is one watcher; during a reload two share a
+// server). Called on any thread, possibly while the caller holds the
+// watcher's pick lock: it must be quick and take only locks of its own that
+// it never holds while calling out.
+class ServerWatcher {
+ public:
+  // `index` is the one the watcher registered with.
+  virtual void server_changed(std::size_t index) = 0;
+
+ protected:
+  ~ServerWatcher() = default;
+};
 
 class ServerState {
  public:
@@ -76,6 +94,16 @@ class ServerState {
   void report(ConnectResult result, std::string_view error, TimePoint now);
   // A reload may change passive health's parameters.
   void configure_passive(std::uint32_t max_fails, Duration fail_timeout);
+  // From when passive health lets the server be picked (see
+  // PassiveHealth::eligible_from); the clock's minimum while it is up.
+  TimePoint passive_eligible_from() const;
+
+  // ---- watchers ----
+  void watch(ServerWatcher* watcher, std::size_t index);
+  void unwatch(const ServerWatcher* watcher);
+  // Tells every watcher except `except` that this server changed. Costs one
+  // atomic read when `except` is the only watcher.
+  void notify(const ServerWatcher* except = nullptr);
 
   // ---- active health (written by the control loop) ----
   // Sets the active state; logs the transition with `reason` when it changes.
@@ -91,7 +119,7 @@ class ServerState {
   // A weight set at run time overrides the file's until the file changes that
   // server's weight. `file_weight` is the weight the file said when it was set.
   void set_weight_override(std::uint32_t weight, std::uint32_t file_weight);
-  void clear_weight_override() { weight_override_.store(0, std::memory_order_relaxed); }
+  void clear_weight_override();
   // The override, or 0 when none.
   std::uint32_t weight_override() const { return weight_override_.load(std::memory_order_relaxed); }
   std::uint32_t weight_override_base() const { return weight_override_base_.load(std::memory_order_relaxed); }
@@ -125,6 +153,9 @@ class ServerState {
   std::atomic<AdminState> admin_{AdminState::enabled};
   std::atomic<std::uint32_t> weight_override_{0};
   std::atomic<std::uint32_t> weight_override_base_{0};
+  std::mutex watch_mu_;  // taken after mu_ if both; never held while taking mu_
+  std::vector<std::pair<ServerWatcher*, std::size_t>> watchers_;  // under watch_mu_
+  std::atomic<std::size_t> watcher_count_{0};
 };
 
 // Wall-clock milliseconds since the epoch (for status "since" fields).

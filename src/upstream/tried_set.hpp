@@ -25,6 +25,7 @@ class TriedSet {
     }
     return false;
   }
+  bool empty() const { return inline_count_ == 0; }
   void add(std::size_t index) {
     const auto v = static_cast<std::uint32_t>(index);
     if (inline_count_ < inline_.size()) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,31 @@ struct Pool {
   Candidate& operator[](std::size_t i) { return c[i]; }
   const std::string& text(std::size_t i) const { return texts[i]; }
 };
+
+// `n` candidates for random histories: weights from `weight()`, about four
+// in five eligible.
+template <typename Weight>
+std::vector<Candidate> random_candidates(std::mt19937& rng, std::size_t n, Weight weight) {
+  std::vector<Candidate> c(n);
+  for (Candidate& x : c) {
+    x.weight = weight();
+    x.eligible = rng() % 5 != 0;
+  }
+  return c;
+}
+
+// Client-address-like hash keys from a fixed seed, so every run sees the same set.
+inline std::vector<std::string> client_keys(std::size_t n) {
+  std::mt19937_64 rng(20240611);
+  std::vector<std::string> keys;
+  keys.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t r = rng();
+    keys.push_back(std::to_string(10 + (r & 0x7f)) + "." + std::to_string((r >> 8) & 0xff) + "." +
+                   std::to_string((r >> 16) & 0xff) + "." + std::to_string((r >> 24) & 0xff));
+  }
+  return keys;
+}
 
 inline std::unique_ptr<Upstream> make_upstream(const UpstreamConfig& config, std::uint64_t seed = 1) {
   std::vector<std::shared_ptr<ServerState>> states;
