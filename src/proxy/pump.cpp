@@ -79,14 +79,18 @@ void Pump::on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
     p->handle_data(buf->base, static_cast<std::size_t>(nread));
     return;
   }
-  if (buf->base != nullptr) p->session->pool().put(Buffer::from_data(buf->base));
+  // An EOF that read(2) returned comes with the buffer libuv allocated for
+  // it; libuv's other EOF, for a hang-up after a short read (it does not
+  // read again), comes without one.
+  const bool hangup = buf->base == nullptr;
+  if (!hangup) p->session->pool().put(Buffer::from_data(buf->base));
   if (nread == 0 || p->session->closing()) return;  // 0 is EAGAIN, not EOF
   if (nread == UV_EOF) {
-    // libuv also reports EOF for a hang-up that follows a short read without
-    // reading again, and a reset is a hang-up: only the socket's pending
-    // error tells a peer that aborted from one that finished. Forwarding a
-    // FIN for a reset would pass a truncated stream off as complete.
-    if (const int err = pending_error(s); err != 0) {
+    // A reset is a hang-up too: only the socket's pending error tells a peer
+    // that aborted from one that finished. Forwarding a FIN for a reset
+    // would pass a truncated stream off as complete. (A read(2) that returns
+    // 0 has no pending error to find: the kernel reports a reset instead.)
+    if (const int err = hangup ? pending_error(s) : 0; err != 0) {
       p->session->on_pump_error(*p, err, false);
       return;
     }
