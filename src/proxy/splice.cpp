@@ -58,7 +58,10 @@ bool Splicer::start(uv_loop_t* loop, Pump& c2s, Pump& s2c, int& open_handles, uv
   server_.writes = &c2s_;
   for (Lane* l : {&c2s_, &s2c_}) {
     if (l->pump->eof) continue;  // that direction is over; it needs no pipe
-    if (!open_pipe(l->pipe_r, l->pipe_w)) return false;  // the destructor closes what was opened
+    if (!open_pipe(l->pipe_r, l->pipe_w)) {
+      close(close_cb);  // closes the pipe already opened, if any
+      return false;
+    }
   }
   for (Side* s : {&client_, &server_}) {
     s->session = c2s.session;

@@ -216,3 +216,22 @@ def test_tls_preread_replays_the_hello_then_splices(sluice, backends):
     assert rec["sni"] == "tls13.example.com"
     assert int(rec["bytes_in"]) == len(hello) + len(payload)
     assert int(rec["bytes_out"]) == len(hello) + len(payload)
+
+
+def test_without_descriptors_for_pipes_the_session_keeps_copying(sluice, backends):
+    echo = backends(harness.echo_handler)
+    probe = sluice([listener(splice="pipe")], {"up": upstream(echo)}, name="probe")
+    used = len(os.listdir(f"/proc/{probe.pid}/fd"))
+    probe.stop()
+    # Room for one session's two sockets and one descriptor more: not for a
+    # pipe (two descriptors), let alone two.
+    s = sluice([listener(splice="pipe")], {"up": upstream(echo)}, global_={"log_level": "debug"},
+               nofile_cap=used + 3)
+    assert len(os.listdir(f"/proc/{s.pid}/fd")) == used, "a different start-up descriptor count"
+    payload = os.urandom(4 * MiB)
+    got = harness.exchange(*s.addr(), payload, timeout=60)
+    assert got == payload
+    s.log.wait_for(r"splice unavailable, copying")
+    (rec,) = s.wait_records(1)
+    assert rec["cause"] == "client_closed"
+    assert int(rec["bytes_in"]) == len(payload) and int(rec["bytes_out"]) == len(payload)
