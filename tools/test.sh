@@ -131,7 +131,7 @@ tsan_suite() {  # build dir
   # Reports go to files so that none is lost in a process whose output no
   # test reads; halt_on_error makes the process fail its test as well.
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 log_path=$reports/tsan"
-  # Only for reports inside third-party libraries; none are needed today.
+  # Only for reports inside third-party libraries (see the file).
   if [[ -f tools/tsan.supp ]]; then
     TSAN_OPTIONS+=" suppressions=$PWD/tools/tsan.supp"
   fi
