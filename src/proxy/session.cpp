@@ -484,7 +484,6 @@ void Session::on_initial_written() {
 bool Session::lv_splice_auto() const { return lv_.config->splice == Splice::automatic; }
 
 void Session::want_splice() {
-  splice_tried_ = true;
   splice_wanted_ = true;
   arm_timer();
 }

@@ -65,7 +65,7 @@ class Session {
   // splice = "auto": a pump is moving a stream (full buffers, well into the
   // session). Cheap when there is nothing to do.
   void on_pump_stream() {
-    if (lv_splice_auto() && !splice_tried_) want_splice();
+    if (!splice_wanted_ && !splicer_ && lv_splice_auto()) want_splice();
   }
   // A pump has no write in flight any more: a switch that waited for it may go.
   void on_pump_settled() {
@@ -151,12 +151,11 @@ class Session {
   bool pg_ssl_ = false;            // the server must be asked for TLS (SSLRequest) before forward_
   bool client_reading_ = false;    // the session reads the client (before c2s_ takes over)
   bool splice_wanted_ = false;     // switch to splice(2) once both sockets are quiet
-  bool splice_tried_ = false;      // a switch was wanted once already (never twice)
 
   Pump c2s_;
   Pump s2c_;
   Connector connector_;
-  std::unique_ptr<Splicer> splicer_;  // splice = "pipe" | "auto", once switched
+  std::unique_ptr<Splicer> splicer_;  // once a switch was tried (kept if it failed: never tried twice)
 
   // Times in loop milliseconds (uv_now).
   std::uint64_t start_ms_ = 0;
