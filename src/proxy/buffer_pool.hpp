@@ -46,6 +46,12 @@ class BufferPool {
 
   Request* get_request();
   void put_request(Request* r);
+  // The same, typed: `borrow<uv_write_t>()`, `give_back(req)`.
+  template <class Req>
+  Req* borrow() {
+    return reinterpret_cast<Req*>(get_request());  // every member sits at the union's address
+  }
+  void give_back(void* req) { put_request(static_cast<Request*>(req)); }
 
   std::size_t in_use() const { return in_use_; }
   std::size_t cached() const { return free_.size(); }

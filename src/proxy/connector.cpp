@@ -63,7 +63,7 @@ void Connector::attempt() {
   attempt_start_ns_ = uv_hrtime();
   // TCP_NODELAY is applied by libuv as the socket is created.
   uv_tcp_nodelay(tcp, 1);
-  req_ = &session_.pool().get_request()->connect;
+  req_ = session_.pool().borrow<uv_connect_t>();
   req_->data = this;
   int r = uv_tcp_connect(req_, tcp, reinterpret_cast<const sockaddr*>(&ep.addr), on_connect_cb);
   if (r < 0) {
@@ -104,7 +104,7 @@ void Connector::on_connect_cb(uv_connect_t* req, int status) {
 // Every connect request ends in on_connect_cb (ECANCELED when its handle is
 // closed first), so that is where it goes back.
 void Connector::give_back_request() {
-  session_.pool().put_request(reinterpret_cast<Request*>(req_));
+  session_.pool().give_back(req_);
   req_ = nullptr;
 }
 

@@ -43,14 +43,14 @@ void Pump::stop() {
 int Pump::write_initial(char* data, std::size_t len) {
   // Borrowed until the callback, which libuv always calls (ECANCELED when
   // the stream closes first).
-  uv_write_t* req = &session->pool().get_request()->write;
+  uv_write_t* req = session->pool().borrow<uv_write_t>();
   req->data = this;
   initial_len = static_cast<std::uint32_t>(len);
   ++writes_in_flight;
   uv_buf_t buf = uv_buf_init(data, static_cast<unsigned>(len));
   const int r = uv_write(req, dst, &buf, 1, [](uv_write_t* done, int status) {
     auto* p = static_cast<Pump*>(done->data);
-    p->session->pool().put_request(reinterpret_cast<Request*>(done));
+    p->session->pool().give_back(done);
     --p->writes_in_flight;
     if (status < 0) {
       if (status != UV_ECANCELED && !p->session->closing()) p->session->on_pump_error(*p, status, true);
@@ -62,7 +62,7 @@ int Pump::write_initial(char* data, std::size_t len) {
   });
   if (r < 0) {
     --writes_in_flight;
-    session->pool().put_request(reinterpret_cast<Request*>(req));
+    session->pool().give_back(req);
   }
   return r;
 }
@@ -105,11 +105,11 @@ void Pump::on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
     }
     // Borrowed until on_shutdown, which libuv always calls (ECANCELED when
     // the stream closes first).
-    uv_shutdown_t* req = &p->session->pool().get_request()->shutdown;
+    uv_shutdown_t* req = p->session->pool().borrow<uv_shutdown_t>();
     req->data = p;
     int r = uv_shutdown(req, p->dst, on_shutdown);
     if (r < 0) {
-      p->session->pool().put_request(reinterpret_cast<Request*>(req));
+      p->session->pool().give_back(req);
       p->session->on_pump_error(*p, r, true);
     }
     return;
@@ -202,7 +202,7 @@ void Pump::send_fin_now() {
 
 void Pump::on_shutdown(uv_shutdown_t* req, int status) {
   auto* p = static_cast<Pump*>(req->data);
-  p->session->pool().put_request(reinterpret_cast<Request*>(req));
+  p->session->pool().give_back(req);
   if (status == UV_ECANCELED || p->session->closing()) return;
   if (status < 0) {
     p->session->on_pump_error(*p, status, true);
