@@ -152,7 +152,12 @@ suite build-ci "default build"
 if [[ $quick -eq 0 ]]; then
   run_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start and admin request parsers ${fuzz_seconds}s" tools/fuzz.sh "$fuzz_seconds"
   echo "== build with AddressSanitizer + UndefinedBehaviorSanitizer"
-  if tools/build.sh build-asan -Dstrict=true -Db_sanitize=address,undefined -Db_lundef=false; then
+  # No vptr check: gcc 12's runtime verifies a vtable by probing its memory
+  # through pipe(2), which fails while the process is out of descriptors --
+  # the state several tests create on purpose -- and then reports a valid
+  # object as having an "invalid vptr" (and leaks the demangled names).
+  if tools/build.sh build-asan -Dstrict=true -Db_sanitize=address,undefined -Db_lundef=false \
+      -Dcpp_args=-fno-sanitize=vptr; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     suite build-asan "asan+ubsan"
