@@ -60,6 +60,7 @@ Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   async_.data = this;
   uv_timer_init(&loop_, &shutdown_timer_);
   shutdown_timer_.data = this;
+  timers_.emplace(&loop_, &Session::fire_timer);
 }
 
 Worker::~Worker() { join(); }
@@ -329,6 +330,7 @@ void Worker::close_all() {
   closed_ = true;
   uv_close(as_handle(&async_), nullptr);
   uv_close(as_handle(&shutdown_timer_), nullptr);
+  timers_->close();
 }
 
 }  // namespace sluice

@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -22,6 +23,7 @@
 
 #include "proxy/buffer_pool.hpp"
 #include "proxy/session_host.hpp"
+#include "proxy/timer_queue.hpp"
 #include "sluice/cause.hpp"
 #include "sluice/config.hpp"
 
@@ -79,6 +81,7 @@ class Worker final : public SessionHost {
   // SessionHost
   uv_loop_t* loop() override { return &loop_; }
   BufferPool& pool() override { return pool_; }
+  TimerQueue& timers() override { return *timers_; }
   void link(Session& s) override;
   void unlink(Session& s) override;
 
@@ -113,6 +116,7 @@ class Worker final : public SessionHost {
   std::shared_ptr<const Snapshot> snapshot_;
   std::vector<std::unique_ptr<Listener>> listeners_;
   BufferPool pool_;
+  std::optional<TimerQueue> timers_;  // made once loop_ is initialised
   std::thread thread_;
   Session* sessions_ = nullptr;
   std::size_t session_count_ = 0;

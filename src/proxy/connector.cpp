@@ -22,9 +22,8 @@ ServerState* Connector::server() const {
   return index_ >= 0 ? &upstream_->server(static_cast<std::size_t>(index_)) : nullptr;
 }
 
-void Connector::start(Upstream* upstream, std::string key) {
+void Connector::start(Upstream* upstream) {
   upstream_ = upstream;
-  key_ = std::move(key);
   first_attempt_ms_ = uv_now(session_.loop());
   attempt();
 }
@@ -48,7 +47,9 @@ void Connector::attempt() {
     session_.finish(Cause::connect_failed);
     return;
   }
-  const long idx = upstream_->pick(tried_, key_, Clock::now());
+  // The hash key is made again for a retry rather than kept for the
+  // session's life: a retry is rare, and 32 bytes per session are not.
+  const long idx = upstream_->pick(tried_, session_.hash_key(*upstream_), Clock::now());
   if (idx < 0) {
     session_.finish(attempts_ == 0 ? Cause::no_server : Cause::connect_failed);
     return;
@@ -96,8 +97,6 @@ void Connector::on_connect_cb(uv_connect_t* req, int status) {
   ServerState& st = *c->server();
   st.report(ConnectResult::connected, "", Clock::now());
   st.observe_connect(static_cast<double>(uv_hrtime() - c->attempt_start_ns_) / 1e9);
-  c->key_.clear();
-  c->key_.shrink_to_fit();
   s.on_connected();
 }
 

@@ -27,8 +27,9 @@ class Connector {
  public:
   explicit Connector(Session& session) : session_(session) {}
 
-  // Starts the first attempt on `upstream`, hashing on `key` (if it hashes).
-  void start(Upstream* upstream, std::string key);
+  // Starts the first attempt on `upstream` (hashing on the session's key if
+  // the upstream hashes).
+  void start(Upstream* upstream);
   // The previous attempt's server handle has closed: try the next server.
   void retry();
   // The current attempt's deadline passed.
@@ -56,7 +57,6 @@ class Connector {
   bool holding_ = false;  // counted in the server's `active`
   unsigned attempts_ = 0;
   TriedSet tried_;
-  std::string key_;
   std::uint64_t first_attempt_ms_ = 0;
   std::uint64_t deadline_ms_ = 0;
   std::uint64_t attempt_start_ns_ = 0;

@@ -1,6 +1,6 @@
 // One direction of a session: read from `src`, write to `dst`. The same code
 // serves client->server and server->client (nginx's proxy_process with
-// src/dst swapped); each instance has its own name for logs.
+// src/dst swapped); `src_is_client` tells which one an instance is.
 //
 // Backpressure: when `dst` has more than kHighWater bytes queued (not yet
 // accepted by the kernel), reading from `src` stops; it resumes once the queue
@@ -29,12 +29,11 @@ struct Pump : HandleOwner {
 
   uv_stream_t* src = nullptr;
   uv_stream_t* dst = nullptr;
-  const char* name = "";       // "client->server" / "server->client"
-  bool src_is_client = false;
 
   std::uint64_t bytes = 0;     // bytes delivered to dst (accepted by its kernel)
   std::uint32_t pauses = 0;    // times reading stopped on the high watermark
   std::uint32_t initial_len = 0;  // bytes of write_initial() in flight
+  bool src_is_client = false;  // client->server (else server->client)
   bool reading = false;
   bool paused = false;
   bool eof = false;            // src sent FIN

@@ -24,6 +24,36 @@
 
 namespace sluice {
 
+// What only some sessions need: the PROXY header being read, the preread
+// stage, the bytes that go to the server before the client's, and what the
+// preread learnt. A plain listener's sessions never allocate it.
+struct Session::Extra {
+  std::vector<std::uint8_t> proxy_header;  // accept_proxy: its bytes so far
+  std::unique_ptr<PrereadStage> stage;     // while the preread runs
+  std::vector<std::uint8_t> forward;       // sent to the server first; freed once written
+  std::uint64_t pg_deadline_ms = 0;        // waiting for the server's 'S' until then
+  ssize_t client_end = 0;                  // EOF or error read while connecting
+  std::string sni;
+  std::string alpn;
+  SockAddr proxied_destination{};          // from a PROXY header
+  bool pg_ssl = false;                     // the server must be asked for TLS (SSLRequest) first
+};
+
+Session::Extra& Session::extra() {
+  if (!extra_) extra_ = std::make_unique<Extra>();
+  return *extra_;
+}
+
+const std::string& Session::sni() const {
+  static const std::string none;
+  return extra_ ? extra_->sni : none;
+}
+
+const std::string& Session::alpn() const {
+  static const std::string none;
+  return extra_ ? extra_->alpn : none;
+}
+
 namespace {
 
 uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
@@ -40,17 +70,14 @@ Session::Session(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, co
   c2s_.session = this;
   c2s_.src = as_stream(&client_);
   c2s_.dst = as_stream(&server_);
-  c2s_.name = "client->server";
   c2s_.src_is_client = true;
   s2c_.session = this;
   s2c_.src = as_stream(&server_);
   s2c_.dst = as_stream(&client_);
-  s2c_.name = "server->client";
   s2c_.src_is_client = false;
-  timer_owner_.session = this;
+  timer_.owner = this;
   client_.data = static_cast<HandleOwner*>(&c2s_);
   server_.data = static_cast<HandleOwner*>(&s2c_);
-  timer_.data = &timer_owner_;
 }
 
 Session::~Session() {
@@ -71,15 +98,13 @@ int Session::accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot,
   auto* s = new Session(host, std::move(snapshot), lv);
   uv_loop_t* loop = host.loop();
   uv_tcp_init(loop, &s->client_);
-  uv_timer_init(loop, &s->timer_);
-  s->open_handles_ = 2;
+  s->open_handles_ = 1;
   if (int r = uv_tcp_open(&s->client_, fd); r < 0) {
     // Never a session: close quietly, no access-log record.
     ::close(fd);
     s->state_ = State::closing;
     s->cause_ = Cause::none;
     uv_close(as_handle(&s->client_), on_close_cb);
-    uv_close(as_handle(&s->timer_), on_close_cb);
     return r;
   }
   if (peer != nullptr && (peer->sa_family == AF_INET || peer->sa_family == AF_INET6)) {
@@ -181,9 +206,9 @@ void Session::begin_preread() {
   set_state(State::prereading);
   if (!awaiting_proxy_) {
     if (lv_.config->preread == Preread::postgres) {
-      stage_ = std::make_unique<PostgresStage>(lv_, *snapshot_);
+      extra().stage = std::make_unique<PostgresStage>(lv_, *snapshot_);
     } else {
-      stage_ = std::make_unique<TlsStage>(lv_, *snapshot_);
+      extra().stage = std::make_unique<TlsStage>(lv_, *snapshot_);
     }
   }
   if (reading) return;  // after a PROXY header: the client is being read already
@@ -215,7 +240,8 @@ void Session::on_client_read(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf
     // Bytes after the hello, before the server is there: they follow the
     // hello, and reading waits for the pump.
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(buf->base);
-    s->forward_.insert(s->forward_.end(), bytes, bytes + nread);
+    std::vector<std::uint8_t>& forward = s->extra().forward;
+    forward.insert(forward.end(), bytes, bytes + nread);
     s->stop_client_reading();
   }
   if (buf->base != nullptr) s->pool().put(Buffer::from_data(buf->base));
@@ -224,7 +250,7 @@ void Session::on_client_read(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf
     s->finish(nread == UV_EOF ? Cause::client_closed : Cause::client_reset);
   } else if (s->state_ == State::connecting) {
     // EOF or an error while connecting: the pump handles it once it starts.
-    s->client_end_ = nread;
+    s->extra().client_end = nread;
     s->stop_client_reading();
   }
 }
@@ -239,8 +265,9 @@ void Session::stop_client_reading() {
 // and hashing) and whatever followed it goes on to the next stage.
 void Session::on_proxy_header_data(const char* data, std::size_t len) {
   const auto* bytes = reinterpret_cast<const std::uint8_t*>(data);
-  proxy_header_.insert(proxy_header_.end(), bytes, bytes + len);
-  const preread::ProxyHeader h = preread::parse_proxy_header(proxy_header_);
+  Extra& x = extra();
+  x.proxy_header.insert(x.proxy_header.end(), bytes, bytes + len);
+  const preread::ProxyHeader h = preread::parse_proxy_header(x.proxy_header);
   if (h.status == preread::ProxyHeader::Status::need_more) return;
   if (h.status == preread::ProxyHeader::Status::invalid) {
     SPDLOG_DEBUG("listener \"{}\" peer {}: {}", lv_.config->name, client_address(), h.error);
@@ -250,12 +277,13 @@ void Session::on_proxy_header_data(const char* data, std::size_t len) {
   if (!h.local) {
     std::memcpy(&peer_, &h.source, h.source.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
     if (h.destination.ss_family == AF_INET || h.destination.ss_family == AF_INET6) {
-      std::memcpy(&proxied_destination_, &h.destination,
+      std::memcpy(&x.proxied_destination, &h.destination,
                   h.destination.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
     }
   }
-  std::vector<std::uint8_t> rest(proxy_header_.begin() + static_cast<std::ptrdiff_t>(h.length), proxy_header_.end());
-  proxy_header_ = {};
+  std::vector<std::uint8_t> rest(x.proxy_header.begin() + static_cast<std::ptrdiff_t>(h.length),
+                                 x.proxy_header.end());
+  x.proxy_header = {};
   awaiting_proxy_ = false;
   if (!admit()) return;
   if (lv_.config->preread != Preread::none) {
@@ -263,7 +291,7 @@ void Session::on_proxy_header_data(const char* data, std::size_t len) {
     if (!rest.empty()) on_preread_data(reinterpret_cast<const char*>(rest.data()), rest.size());
     return;
   }
-  forward_ = std::move(rest);
+  x.forward = std::move(rest);
   route_and_connect(lv_.upstream);
 }
 
@@ -273,7 +301,9 @@ void Session::on_preread_data(const char* data, std::size_t len) {
     on_proxy_header_data(data, len);
     return;
   }
-  const PrereadResult r = stage_->feed({reinterpret_cast<const std::uint8_t*>(data), len});
+  Extra& x = extra();
+  PrereadStage& stage = *x.stage;
+  const PrereadResult r = stage.feed({reinterpret_cast<const std::uint8_t*>(data), len});
   if (!r.reply.empty()) {
     // PostgreSQL's 'S': one byte on a socket we have not written to yet, so
     // the kernel takes it whole.
@@ -287,24 +317,24 @@ void Session::on_preread_data(const char* data, std::size_t len) {
     case PrereadResult::Kind::need_more:
       return;
     case PrereadResult::Kind::close:
-      sni_ = std::move(stage_->sni);
-      alpn_ = std::move(stage_->alpn);
+      x.sni = std::move(stage.sni);
+      x.alpn = std::move(stage.alpn);
       if (r.cause == Cause::preread_malformed) {
         SPDLOG_DEBUG("listener \"{}\" client {}: malformed preread: {}", lv_.config->name, client_address(),
-                     stage_->error());
+                     stage.error());
       }
       finish(r.cause);
       return;
     case PrereadResult::Kind::route:
       break;
   }
-  sni_ = std::move(stage_->sni);
-  alpn_ = std::move(stage_->alpn);
-  forward_ = stage_->take_forward();
-  pg_ssl_ = stage_->server_needs_ssl_request();
+  x.sni = std::move(stage.sni);
+  x.alpn = std::move(stage.alpn);
+  x.forward = stage.take_forward();
+  x.pg_ssl = stage.server_needs_ssl_request();
   // The preread state is released now; the client keeps being read while
   // connecting (see on_client_read).
-  stage_.reset();
+  x.stage.reset();
   route_and_connect(r.upstream);
 }
 
@@ -316,7 +346,7 @@ void Session::route_and_connect(Upstream* up) {
     return;
   }
   set_state(State::connecting);
-  connector_.start(up, hash_key(*up));
+  connector_.start(up);
 }
 
 std::string Session::client_address() const {
@@ -330,9 +360,9 @@ std::string Session::hash_key(const Upstream& up) const {
   const UpstreamConfig& uc = up.config();
   if (uc.balance != Balance::hash) return {};
   switch (uc.hash_key) {
-    case HashKey::sni: return sni_;
+    case HashKey::sni: return sni();
     case HashKey::client_ip: return client_ip();
-    case HashKey::sni_or_client_ip: return sni_.empty() ? client_ip() : sni_;
+    case HashKey::sni_or_client_ip: return sni().empty() ? client_ip() : sni();
   }
   return {};
 }
@@ -364,13 +394,14 @@ void Session::on_connected() {
   if (const Upstream* up = connector_.upstream(); up != nullptr && up->config().proxy_protocol != ProxyProtocol::none) {
     append_proxy_header(head, up->config().proxy_protocol);
   }
-  if (pg_ssl_) {
+  if (extra_ && extra_->pg_ssl) {
     begin_pg_handshake(std::move(head));
     return;
   }
   if (!head.empty()) {
-    head.insert(head.end(), forward_.begin(), forward_.end());
-    forward_ = std::move(head);
+    std::vector<std::uint8_t>& forward = extra().forward;
+    head.insert(head.end(), forward.begin(), forward.end());
+    forward = std::move(head);
   }
   start_proxying();
 }
@@ -380,7 +411,7 @@ void Session::on_connected() {
 // connected to.
 void Session::append_proxy_header(std::vector<std::uint8_t>& out, ProxyProtocol version) {
   sockaddr_storage destination{};
-  std::memcpy(&destination, &proxied_destination_, sizeof proxied_destination_);
+  if (extra_) std::memcpy(&destination, &extra_->proxied_destination, sizeof extra_->proxied_destination);
   if (destination.ss_family == 0) {
     int len = sizeof destination;
     uv_tcp_getsockname(&client_, reinterpret_cast<sockaddr*>(&destination), &len);
@@ -388,7 +419,7 @@ void Session::append_proxy_header(std::vector<std::uint8_t>& out, ProxyProtocol 
   if (version == ProxyProtocol::v1) {
     preread::append_v1(out, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination));
   } else {
-    preread::append_v2(out, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination), alpn_, sni_);
+    preread::append_v2(out, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination), alpn(), sni());
   }
 }
 
@@ -408,7 +439,7 @@ void Session::begin_pg_handshake(std::vector<std::uint8_t> head) {
     finish(Cause::server_reset);
     return;
   }
-  pg_deadline_ms_ = uv_now(host_.loop()) + ms(lv_.config->connect_timeout);
+  extra().pg_deadline_ms = uv_now(host_.loop()) + ms(lv_.config->connect_timeout);
   arm_timer();
 }
 
@@ -419,9 +450,9 @@ void Session::on_pg_answer(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) 
   if (nread == 0) return;
   if (s->closing()) return;
   uv_read_stop(st);
-  s->pg_deadline_ms_ = 0;
+  s->extra().pg_deadline_ms = 0;
   if (nread == 1 && answer == 'S') {
-    s->pg_ssl_ = false;
+    s->extra().pg_ssl = false;
     if (s->s2c_.start() < 0) {
       s->finish(Cause::server_reset);
       return;
@@ -442,18 +473,18 @@ void Session::on_pg_answer(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) 
 void Session::start_proxying() {
   set_state(State::proxying);
   touch();
-  if (!forward_.empty()) {
+  if (extra_ && !extra_->forward.empty()) {
     // The preread bytes go to the server first, byte for byte.
-    char* first = reinterpret_cast<char*>(forward_.data());
-    if (int r = c2s_.write_initial(first, forward_.size()); r < 0) {
+    std::vector<std::uint8_t>& forward = extra_->forward;
+    if (int r = c2s_.write_initial(reinterpret_cast<char*>(forward.data()), forward.size()); r < 0) {
       finish(Cause::server_reset);
       return;
     }
   }
-  if (client_end_ != 0) {
+  if (extra_ && extra_->client_end != 0) {
     // The client ended while connecting: the pump sees it as if just read.
     uv_buf_t none = uv_buf_init(nullptr, 0);
-    Pump::on_read(as_stream(&client_), client_end_, &none);
+    Pump::on_read(as_stream(&client_), extra_->client_end, &none);
     if (closing()) return;
   } else if (client_reading_) {
     c2s_.adopt_reading();
@@ -470,8 +501,7 @@ void Session::start_proxying() {
 }
 
 void Session::on_initial_written() {
-  forward_.clear();
-  forward_.shrink_to_fit();
+  if (extra_) extra_->forward = {};
   on_pump_settled();
 }
 
@@ -491,7 +521,7 @@ void Session::want_splice() {
 // Both sockets quiet: no write, no preread replay and no shutdown in flight
 // on either, and something left to move.
 bool Session::splice_ready() const {
-  if (state_ != State::proxying || !forward_.empty()) return false;
+  if (state_ != State::proxying || (extra_ && !extra_->forward.empty())) return false;
   for (const Pump* p : {&c2s_, &s2c_}) {
     if (p->writes_in_flight != 0 || (p->eof && !p->fin_sent)) return false;
   }
@@ -535,8 +565,8 @@ void Session::on_pump_fin_sent(Pump& /*p*/) {
 
 void Session::on_pump_error(Pump& p, int err, bool at_dst) {
   bool client_side = at_dst ? !p.src_is_client : p.src_is_client;
-  SPDLOG_DEBUG("listener \"{}\" client {}: {} {} error: {}", lv_.config->name, client_address(), p.name,
-               at_dst ? "write" : "read", uv_strerror(err));
+  SPDLOG_DEBUG("listener \"{}\" client {}: {} {} error: {}", lv_.config->name, client_address(),
+               p.src_is_client ? "client->server" : "server->client", at_dst ? "write" : "read", uv_strerror(err));
   // A side that already sent its FIN and then refuses our remaining bytes has
   // closed; anything else is a reset.
   const Pump& from_side = client_side ? c2s_ : s2c_;
@@ -570,7 +600,7 @@ void Session::arm_timer() {
       break;
     case State::connecting:
       consider(connector_.deadline_ms());
-      consider(pg_deadline_ms_);
+      if (extra_) consider(extra_->pg_deadline_ms);
       break;
     case State::proxying:
       if (splice_wanted_ && splice_ready()) consider(uv_now(host_.loop()));
@@ -591,24 +621,17 @@ void Session::arm_timer() {
       break;
   }
   if (deadline == 0) {
-    if (timer_due_ms_ != 0) uv_timer_stop(&timer_);
-    timer_due_ms_ = 0;
+    host_.timers().cancel(timer_);
     return;
   }
   // A timer due no later than the new deadline is left alone: on_timer()
   // checks every deadline and re-arms when it fires early. Most sessions end
   // before their first deadline, so they arm the timer once and never move it.
-  if (timer_due_ms_ != 0 && timer_due_ms_ <= deadline) return;
-  std::uint64_t now = uv_now(host_.loop());
-  uv_timer_start(&timer_, on_timer_cb, deadline > now ? deadline - now : 0, 0);
-  timer_due_ms_ = deadline;
+  if (timer_.queued() && timer_.due <= deadline) return;
+  host_.timers().arm(timer_, deadline);
 }
 
-void Session::on_timer_cb(uv_timer_t* t) {
-  Session* s = session_of(as_handle(t));
-  s->timer_due_ms_ = 0;
-  s->on_timer();
-}
+void Session::fire_timer(void* owner) { static_cast<Session*>(owner)->on_timer(); }
 
 void Session::on_timer() {
   const ListenerConfig& lc = *lv_.config;
@@ -629,7 +652,7 @@ void Session::on_timer() {
         connector_.on_timeout();
         return;
       }
-      if (pg_deadline_ms_ != 0 && now >= pg_deadline_ms_) {
+      if (extra_ && extra_->pg_deadline_ms != 0 && now >= extra_->pg_deadline_ms) {
         finish(Cause::connect_failed);  // the server did not answer the SSLRequest in time
         return;
       }
@@ -714,16 +737,14 @@ void Session::finish(Cause cause) {
   c2s_.stop();
   s2c_.stop();
   stop_client_reading();
-  uv_timer_stop(&timer_);
-  timer_due_ms_ = 0;
+  host_.timers().cancel(timer_);
   connector_.release();
-  stage_.reset();
+  if (extra_) extra_->stage.reset();
   // The poll handles leave epoll before the sockets they watch close.
   if (splicer_) splicer_->close(on_close_cb);
   // A peer that aborted is reported to the other peer the only way TCP can:
   // with a reset. A FIN would tell it the stream was complete.
   close_tcp(client_, cause == Cause::server_reset);
-  uv_close(as_handle(&timer_), on_close_cb);
   if (server_open_ && !server_closing_) {
     server_closing_ = true;
     close_tcp(server_, cause == Cause::client_reset && connected_);
@@ -774,8 +795,8 @@ void Session::write_access_record(bool interim) {
   r.listener = lv_.config->name;
   r.client = client;
   if (const ServerState* st = connector_.server()) r.server = st->address.text;
-  r.sni = sni_;
-  r.alpn = alpn_;
+  r.sni = sni();
+  r.alpn = alpn();
   r.tries = connector_.attempts();
   r.bytes_in = c2s_.bytes;
   r.bytes_out = s2c_.bytes;

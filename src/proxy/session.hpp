@@ -20,6 +20,7 @@
 #include "proxy/preread_stage.hpp"
 #include "proxy/pump.hpp"
 #include "proxy/session_host.hpp"
+#include "proxy/timer_queue.hpp"
 #include "sluice/cause.hpp"
 
 namespace sluice {
@@ -54,6 +55,8 @@ class Session {
   // The server this session is on (or connecting to); null if none.
   const ServerState* server() const { return connector_.server(); }
   State state() const { return state_; }
+  // The worker's TimerQueue callback: a deadline of the session is due.
+  static void fire_timer(void* owner);
 
   // Called by the pumps.
   BufferPool& pool();
@@ -122,7 +125,6 @@ class Session {
 
   static void on_client_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
   static void on_client_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
-  static void on_timer_cb(uv_timer_t* t);
   static void on_close_cb(uv_handle_t* h);
   static void close_tcp(uv_tcp_t& tcp, bool reset);
 
@@ -134,8 +136,7 @@ class Session {
 
   uv_tcp_t client_{};
   uv_tcp_t server_{};
-  uv_timer_t timer_{};
-  HandleOwner timer_owner_{};
+  TimerNode timer_;  // in the worker's TimerQueue while a deadline is set
   int open_handles_ = 0;
 
   // Flags, side by side so that they share words.
@@ -148,7 +149,6 @@ class Session {
   bool quiet_ = false;             // refused by policy: counted, no access record
   bool half_closed_ = false;       // a FIN has been seen: fin_timeout applies
   bool client_fin_first_ = false;
-  bool pg_ssl_ = false;            // the server must be asked for TLS (SSLRequest) before forward_
   bool client_reading_ = false;    // the session reads the client (before c2s_ takes over)
   bool splice_wanted_ = false;     // switch to splice(2) once both sockets are quiet
 
@@ -162,9 +162,7 @@ class Session {
   std::uint64_t connected_ms_ = 0;
   std::uint64_t interim_at_ms_ = 0;     // next interim access record (log_interval); 0 = off
   std::uint64_t keepalive_at_ms_ = 0;  // when to turn on the server leg's keepalive; 0 = done or off
-  std::vector<std::uint8_t> proxy_header_;    // accept_proxy: its bytes so far
   std::uint64_t last_activity_ms_ = 0;
-  std::uint64_t timer_due_ms_ = 0;  // when the timer fires; 0 = not armed
   std::uint64_t close_at_ms_ = 0;   // scheduled end (drain); 0 = none
   static constexpr std::uint32_t kUnsampled = 0xffffffff;
   static constexpr std::uint64_t kServerKeepaliveDelayMs = 3000;
@@ -172,14 +170,6 @@ class Session {
   std::uint32_t outq_server_ = kUnsampled;
   std::uint64_t recheck_ms_ = 0;            // a second look at the send queues; 0 = none
   Cause close_at_cause_ = Cause::none;
-
-  // Preread: the stage while it runs, then the bytes for the server.
-  std::unique_ptr<PrereadStage> stage_;
-  std::vector<std::uint8_t> forward_;  // sent to the server first; freed once written
-  std::uint64_t pg_deadline_ms_ = 0;   // waiting for the server's 'S' until then
-  ssize_t client_end_ = 0;       // EOF or error read while connecting
-  std::string sni_;
-  std::string alpn_;
 
   // An IPv4 or IPv6 address in 28 bytes (a sockaddr_storage is 128).
   union SockAddr {
@@ -190,8 +180,12 @@ class Session {
   // The client's address as accepted; formatted only when a log line or a
   // hash key asks for it. AF_UNSPEC when it was not read (see begin()).
   SockAddr peer_{};
-  // accept_proxy: the destination the PROXY header carried (AF_UNSPEC = none).
-  SockAddr proxied_destination_{};
+  // Preread, PROXY protocol and PostgreSQL state; null for a plain session.
+  struct Extra;
+  std::unique_ptr<Extra> extra_;
+  Extra& extra();
+  const std::string& sni() const;   // empty without a preread
+  const std::string& alpn() const;
 };
 
 }  // namespace sluice

@@ -1,5 +1,5 @@
 // What a session needs from the thread that runs it: its loop, its buffer
-// pool and its list of live sessions. The worker (net/) implements it; proxy/
+// pool, its timer queue and its list of live sessions. The worker (net/) implements it; proxy/
 // never includes net/.
 #pragma once
 
@@ -9,11 +9,14 @@ namespace sluice {
 
 class BufferPool;
 class Session;
+class TimerQueue;
 
 class SessionHost {
  public:
   virtual uv_loop_t* loop() = 0;
   virtual BufferPool& pool() = 0;
+  // One timer for the deadlines of all the host's sessions.
+  virtual TimerQueue& timers() = 0;
   // A session joins the list when it starts and leaves it from its last close
   // callback (the host may be waiting for its sessions to end).
   virtual void link(Session& s) = 0;
