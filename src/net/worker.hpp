@@ -111,6 +111,8 @@ class Worker final : public SessionHost {
   uv_loop_t loop_{};
   uv_async_t async_{};
   uv_timer_t shutdown_timer_{};
+  uv_prepare_t tick_{};
+  std::uint64_t iteration_ = 0;  // loop iterations so far (tick_)
   std::mutex mu_;
   std::deque<WorkerCommand> mailbox_;  // under mu_
   std::shared_ptr<const Snapshot> snapshot_;
