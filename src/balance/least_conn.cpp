@@ -133,31 +133,6 @@ void LeastConnBalancer::put(std::size_t pos, const Slot& s) {
   pos_[s.index] = pos;
 }
 
-void LeastConnBalancer::sift_up(std::size_t pos) {
-  const Slot s = heap_[pos];
-  while (pos > 0) {
-    const std::size_t parent = (pos - 1) / 2;
-    if (!before(s, heap_[parent])) break;
-    put(pos, heap_[parent]);
-    pos = parent;
-  }
-  put(pos, s);
-}
-
-void LeastConnBalancer::sift_down(std::size_t pos) {
-  const Slot s = heap_[pos];
-  const std::size_t n = heap_.size();
-  for (;;) {
-    std::size_t child = 2 * pos + 1;
-    if (child >= n) break;
-    if (child + 1 < n && before(heap_[child + 1], heap_[child])) ++child;
-    if (!before(heap_[child], s)) break;
-    put(pos, heap_[child]);
-    pos = child;
-  }
-  put(pos, s);
-}
-
 void LeastConnBalancer::remove(std::size_t index) {
   const std::size_t pos = pos_[index];
   pos_[index] = kAbsent;
@@ -166,18 +141,6 @@ void LeastConnBalancer::remove(std::size_t index) {
   if (pos == heap_.size()) return;
   put(pos, last);
   fix(pos);
-}
-
-void LeastConnBalancer::fix(std::size_t pos) {
-  if (pos > 0 && before(heap_[pos], heap_[(pos - 1) / 2])) {
-    sift_up(pos);
-  } else {
-    sift_down(pos);
-  }
-}
-
-void LeastConnBalancer::heapify() {
-  for (std::size_t pos = heap_.size() / 2; pos-- > 0;) sift_down(pos);
 }
 
 }  // namespace sluice

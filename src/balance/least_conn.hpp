@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "balance/balancer.hpp"
+#include "sluice/tracked_heap.hpp"
 
 namespace sluice {
 
@@ -51,12 +52,15 @@ class LeastConnBalancer final : public Balancer {
   void picked(std::size_t index, bool tie, std::uint64_t weight);
   void rebase();
   void put(std::size_t pos, const Slot& s);
-  void sift_up(std::size_t pos);
-  void sift_down(std::size_t pos);
+  auto placer() {
+    return [this](std::size_t pos, const Slot& s) { put(pos, s); };
+  }
+  void sift_up(std::size_t pos) { heap_sift_up(heap_, pos, before, placer()); }
+  void sift_down(std::size_t pos) { heap_sift_down(heap_, pos, before, placer()); }
   // Restores the order around `pos` after its slot changed.
-  void fix(std::size_t pos);
+  void fix(std::size_t pos) { heap_fix(heap_, pos, before, placer()); }
   void remove(std::size_t index);
-  void heapify();
+  void heapify() { heap_make(heap_, before, placer()); }
 
   std::uint64_t rebase_at_;
   std::uint64_t vtime_ = 0;         // tag of the last tie winner when it won

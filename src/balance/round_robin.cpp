@@ -13,9 +13,7 @@ std::size_t RoundRobinBalancer::choose(std::span<const Candidate> candidates, st
   fold();
   const std::size_t chosen = swrr_choose(current_, candidates, eligible_);
   // The scan moved values under the heaps: put them back in order.
-  for (const std::size_t g : live_) {
-    for (std::size_t pos = groups_[g].heap.size() / 2; pos-- > 0;) sift_down(groups_[g], pos);
-  }
+  for (const std::size_t g : live_) heap_make(groups_[g].heap, above_fn(), placer(groups_[g]));
   return chosen;
 }
 
@@ -106,8 +104,7 @@ void RoundRobinBalancer::leave(std::size_t index) {
   g.heap.pop_back();
   if (pos < g.heap.size()) {
     place(g, pos, last);
-    sift_up(g, pos);
-    sift_down(g, heap_pos_[last]);
+    heap_fix(g.heap, pos, above_fn(), placer(g));
   }
   if (!g.heap.empty()) return;
   // The last of its weight: the group goes.
@@ -121,31 +118,6 @@ void RoundRobinBalancer::leave(std::size_t index) {
 void RoundRobinBalancer::place(Group& g, std::size_t pos, std::size_t index) {
   g.heap[pos] = index;
   heap_pos_[index] = pos;
-}
-
-void RoundRobinBalancer::sift_up(Group& g, std::size_t pos) {
-  const std::size_t index = g.heap[pos];
-  while (pos > 0) {
-    const std::size_t parent = (pos - 1) / 2;
-    if (!above(index, g.heap[parent])) break;
-    place(g, pos, g.heap[parent]);
-    pos = parent;
-  }
-  place(g, pos, index);
-}
-
-void RoundRobinBalancer::sift_down(Group& g, std::size_t pos) {
-  const std::size_t index = g.heap[pos];
-  const std::size_t n = g.heap.size();
-  for (;;) {
-    std::size_t child = 2 * pos + 1;
-    if (child >= n) break;
-    if (child + 1 < n && above(g.heap[child + 1], g.heap[child])) ++child;
-    if (!above(g.heap[child], index)) break;
-    place(g, pos, g.heap[child]);
-    pos = child;
-  }
-  place(g, pos, index);
 }
 
 }  // namespace sluice

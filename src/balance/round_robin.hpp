@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "balance/balancer.hpp"
+#include "sluice/tracked_heap.hpp"
 
 namespace sluice {
 
@@ -45,9 +46,15 @@ class RoundRobinBalancer final : public Balancer {
   bool above(std::size_t a, std::size_t b) const {
     return current_[a] > current_[b] || (current_[a] == current_[b] && a < b);
   }
-  void sift_up(Group& g, std::size_t pos);
-  void sift_down(Group& g, std::size_t pos);
   void place(Group& g, std::size_t pos, std::size_t index);
+  auto above_fn() const {
+    return [this](std::size_t a, std::size_t b) { return above(a, b); };
+  }
+  auto placer(Group& g) {
+    return [this, &g](std::size_t pos, std::size_t index) { place(g, pos, index); };
+  }
+  void sift_up(Group& g, std::size_t pos) { heap_sift_up(g.heap, pos, above_fn(), placer(g)); }
+  void sift_down(Group& g, std::size_t pos) { heap_sift_down(g.heap, pos, above_fn(), placer(g)); }
 
   std::int64_t rebase_at_;
   // One per pool index: the smooth round-robin's current value; for an

@@ -17,8 +17,8 @@ namespace sluice {
 namespace {
 
 constexpr unsigned kFirstBackoffMs = 100;
-// Connections taken per wakeup at most (a burst), so that one busy listener
-// cannot starve the sessions of this worker.
+// accept4() calls per wakeup at most (a burst, aborted connections included),
+// so that one busy listener cannot starve the sessions of this worker.
 constexpr int kAcceptBatch = 64;
 constexpr unsigned kMaxBackoffMs = 500;
 
@@ -226,7 +226,7 @@ void Worker::on_acceptable(uv_poll_t* p, int status, int /*events*/) {
   l->woke_at = w->iteration_;
   const int limit = l->single && !again ? 1 : kAcceptBatch;
   int accepted = 0;
-  for (int i = 0; i < limit + 4 && accepted < limit && !l->paused && !l->removing; ++i) {
+  for (int i = 0; i < kAcceptBatch && accepted < limit && !l->paused && !l->removing; ++i) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     const int fd = ::accept4(l->fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);

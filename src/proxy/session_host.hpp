@@ -1,6 +1,6 @@
 // What a session needs from the thread that runs it: its loop, its buffer
-// pool, its timer queue and its list of live sessions. The worker (net/) implements it; proxy/
-// never includes net/.
+// pool, its timer queue and its list of live sessions. The worker (net/)
+// implements it; proxy/ never includes net/.
 #pragma once
 
 #include <uv.h>

@@ -1,7 +1,5 @@
 #include "proxy/timer_queue.hpp"
 
-#include <utility>
-
 namespace sluice {
 
 TimerQueue::TimerQueue(uv_loop_t* loop, Callback cb) : loop_(loop), cb_(cb) {
@@ -21,20 +19,12 @@ void TimerQueue::close() {
 }
 
 void TimerQueue::arm(TimerNode& n, std::uint64_t due_ms) {
-  if (n.queued()) {
-    const std::uint64_t old = n.due;
-    n.due = due_ms;
-    if (due_ms < old) {
-      sift_up(n.slot);
-    } else {
-      sift_down(n.slot);
-    }
-  } else {
-    n.due = due_ms;
+  n.due = due_ms;
+  if (!n.queued()) {
     heap_.push_back(&n);
     n.slot = static_cast<std::uint32_t>(heap_.size() - 1);
-    sift_up(n.slot);
   }
+  heap_fix(heap_, n.slot, earlier, placer());
   reschedule();
 }
 
@@ -51,38 +41,7 @@ void TimerQueue::remove_at(std::uint32_t i) {
   heap_.pop_back();
   if (i == heap_.size()) return;
   place(i, last);
-  sift_up(i);
-  sift_down(last->slot);
-}
-
-void TimerQueue::place(std::uint32_t i, TimerNode* n) {
-  heap_[i] = n;
-  n->slot = i;
-}
-
-void TimerQueue::sift_up(std::uint32_t i) {
-  TimerNode* n = heap_[i];
-  while (i > 0) {
-    const std::uint32_t parent = (i - 1) / 2;
-    if (heap_[parent]->due <= n->due) break;
-    place(i, heap_[parent]);
-    i = parent;
-  }
-  place(i, n);
-}
-
-void TimerQueue::sift_down(std::uint32_t i) {
-  TimerNode* n = heap_[i];
-  const auto size = static_cast<std::uint32_t>(heap_.size());
-  for (;;) {
-    std::uint32_t child = 2 * i + 1;
-    if (child >= size) break;
-    if (child + 1 < size && heap_[child + 1]->due < heap_[child]->due) ++child;
-    if (n->due <= heap_[child]->due) break;
-    place(i, heap_[child]);
-    i = child;
-  }
-  place(i, n);
+  heap_fix(heap_, i, earlier, placer());
 }
 
 // Keeps the uv timer set for the heap's top. Most changes leave the top
@@ -105,9 +64,9 @@ void TimerQueue::on_timer(uv_timer_t* t) { static_cast<TimerQueue*>(t->data)->ru
 void TimerQueue::run() {
   armed_for_ = 0;
   const std::uint64_t now = uv_now(loop_);
-  // Only nodes due now at entry fire in this pass; whatever a callback arms
-  // for "now" is due by the next pass (its due time is compared with the
-  // same `now`, so it does fire then).
+  // At most as many nodes fire in one pass as were queued at its start: a
+  // node that a callback re-arms for "now" may fire again in this pass, but
+  // a callback that keeps doing so cannot hold the loop here.
   std::size_t budget = heap_.size();
   while (!heap_.empty() && heap_.front()->due <= now && budget-- > 0) {
     TimerNode* n = heap_.front();

@@ -9,14 +9,17 @@
 // libuv's own timer heap would.
 //
 // A node fires once per arm. Nodes due when the timer runs are fired in due
-// order; one that is re-armed for "now" from inside a callback waits for the
-// next loop iteration, so a callback cannot keep the loop in the timer phase.
+// order, at most as many per pass as were queued when it began; so a
+// callback that keeps re-arming a node for "now" cannot keep the loop in the
+// timer phase (the rest waits a millisecond).
 #pragma once
 
 #include <uv.h>
 
 #include <cstdint>
 #include <vector>
+
+#include "sluice/tracked_heap.hpp"
 
 namespace sluice {
 
@@ -52,10 +55,15 @@ class TimerQueue {
   static void on_timer(uv_timer_t* t);
   void run();
   void reschedule();
-  void place(std::uint32_t i, TimerNode* n);
-  void sift_up(std::uint32_t i);
-  void sift_down(std::uint32_t i);
   void remove_at(std::uint32_t i);
+  static bool earlier(const TimerNode* a, const TimerNode* b) { return a->due < b->due; }
+  void place(std::size_t i, TimerNode* n) {
+    heap_[i] = n;
+    n->slot = static_cast<std::uint32_t>(i);
+  }
+  auto placer() {
+    return [this](std::size_t i, TimerNode* n) { place(i, n); };
+  }
 
   uv_loop_t* loop_;
   Callback cb_;

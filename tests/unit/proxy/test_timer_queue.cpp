@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -57,6 +58,14 @@ struct Fixture {
     CHECK(uv_loop_close(&loop) == 0);
   }
   std::uint64_t now() { return uv_now(&loop); }
+  // Arms probe i for t + after[i], in order.
+  void arm_each(std::uint64_t t, std::initializer_list<std::uint64_t> after) {
+    std::size_t i = 0;
+    for (std::uint64_t a : after) queue->arm(probes[i++].node, t + a);
+  }
+  void run_until_empty() {
+    while (queue->size() > 0) uv_run(&loop, UV_RUN_ONCE);
+  }
   // The smallest due time of the queued probes (0 when none), as the heap
   // must report it.
   std::uint64_t min_due() const {
@@ -73,10 +82,7 @@ struct Fixture {
 TEST_CASE("timer queue: the heap top is the earliest node; closing stops the timer") {
   Fixture f(4);
   const std::uint64_t t = f.now();
-  f.queue->arm(f.probes[0].node, t + 30);
-  f.queue->arm(f.probes[1].node, t + 10);
-  f.queue->arm(f.probes[2].node, t + 20);
-  f.queue->arm(f.probes[3].node, t + 10);
+  f.arm_each(t, {30, 10, 20, 10});
   CHECK(f.queue->size() == 4);
   CHECK(f.queue->next_due() == t + 10);
   f.queue->close();
@@ -88,11 +94,8 @@ TEST_CASE("timer queue: the heap top is the earliest node; closing stops the tim
 TEST_CASE("timer queue: a run fires every due node by due time") {
   Fixture f(4);
   const std::uint64_t t = f.now();
-  f.queue->arm(f.probes[0].node, t + 30);
-  f.queue->arm(f.probes[1].node, t + 5);
-  f.queue->arm(f.probes[2].node, t + 20);
-  f.queue->arm(f.probes[3].node, t + 12);
-  while (f.queue->size() > 0) uv_run(&f.loop, UV_RUN_ONCE);
+  f.arm_each(t, {30, 5, 20, 12});
+  f.run_until_empty();
   CHECK(f.fired == std::vector<int>{1, 3, 2, 0});
   CHECK(f.now() >= t + 30);
 }
@@ -100,9 +103,7 @@ TEST_CASE("timer queue: a run fires every due node by due time") {
 TEST_CASE("timer queue: moving a node later or earlier, and cancelling it") {
   Fixture f(3);
   const std::uint64_t t = f.now();
-  f.queue->arm(f.probes[0].node, t + 5);
-  f.queue->arm(f.probes[1].node, t + 10);
-  f.queue->arm(f.probes[2].node, t + 15);
+  f.arm_each(t, {5, 10, 15});
   f.queue->arm(f.probes[0].node, t + 40);  // later
   f.queue->arm(f.probes[2].node, t + 1);   // earlier
   CHECK(f.queue->next_due() == t + 1);
@@ -110,18 +111,17 @@ TEST_CASE("timer queue: moving a node later or earlier, and cancelling it") {
   f.queue->cancel(f.probes[1].node);  // twice is a no-op
   CHECK_FALSE(f.probes[1].node.queued());
   CHECK(f.queue->size() == 2);
-  while (f.queue->size() > 0) uv_run(&f.loop, UV_RUN_ONCE);
+  f.run_until_empty();
   CHECK(f.fired == std::vector<int>{2, 0});
 }
 
 TEST_CASE("timer queue: a callback may cancel a node that is due in the same run") {
   Fixture f(2);
   const std::uint64_t t = f.now();
-  f.queue->arm(f.probes[0].node, t);
-  f.queue->arm(f.probes[1].node, t);
+  f.arm_each(t, {0, 0});
   f.probes[0].cancel_other = &f.probes[1];
   f.probes[1].cancel_other = &f.probes[0];
-  while (f.queue->size() > 0) uv_run(&f.loop, UV_RUN_ONCE);
+  f.run_until_empty();
   CHECK(f.fired.size() == 1);
 }
 
