@@ -42,6 +42,7 @@ void PassiveHealth::on_selected(TimePoint now) {
   if ((state_ == State::down && now >= down_until_) ||
       (state_ == State::trial && now >= trial_until_)) {
     state_ = State::trial;
+    trial_since_ = now;
     trial_until_ = now + fail_timeout_;
   }
 }
@@ -66,6 +67,7 @@ PassiveHealth::Transition PassiveHealth::on_failure(TimePoint now, std::string_v
       t.now_up = false;
       t.reason = std::to_string(fails_) + (fails_ == 1 ? " failed connect" : " failed connects") +
                  " within " + format_duration(fail_timeout_) + ", last: " + std::string(error);
+      t.detect = duration_cast<Duration>(now - window_start_);
       return t;
     }
     case State::trial:
@@ -100,6 +102,7 @@ PassiveHealth::Transition PassiveHealth::on_success(TimePoint now) {
       t.now_up = true;
       t.reason = "trial connection succeeded after being down for " +
                  format_duration(duration_cast<milliseconds>(now - down_since_));
+      t.detect = duration_cast<Duration>(now - trial_since_);
       return t;
     case State::down:
       // An attempt that started before the server was marked down; only a

@@ -28,6 +28,10 @@ class PassiveHealth {
     bool changed = false;  // state moved between "available" and "unavailable"
     bool now_up = true;
     std::string reason;    // human-readable, for the one log line per transition
+    // How long detecting the change took, for that log line: down, from the
+    // first failure of the window that took it down; up, from the start of
+    // the trial connection that brought it back.
+    Duration detect{0};
   };
 
   PassiveHealth(std::uint32_t max_fails, Duration fail_timeout);
@@ -61,6 +65,7 @@ class PassiveHealth {
   TimePoint window_start_{};  // first failure of the current counting window
   TimePoint down_until_{};
   TimePoint down_since_{};    // when the server last became unavailable
+  TimePoint trial_since_{};   // when the trial in flight was selected
   TimePoint trial_until_{};   // a trial not reported by then is abandoned
 };
 

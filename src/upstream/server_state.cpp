@@ -121,9 +121,11 @@ void ServerState::report(ConnectResult result, std::string_view error, TimePoint
   // Log outside the lock; each transition is seen by exactly one report() call.
   if (t.changed) {
     if (t.now_up) {
-      spdlog::info("upstream \"{}\" server {} is up again: {}", upstream, address.text, t.reason);
+      spdlog::info("upstream \"{}\" server {} is up again: {} (detected in {})", upstream, address.text, t.reason,
+                   format_duration(t.detect));
     } else {
-      spdlog::warn("upstream \"{}\" server {} marked down: {}", upstream, address.text, t.reason);
+      spdlog::warn("upstream \"{}\" server {} marked down: {} (detected in {})", upstream, address.text, t.reason,
+                   format_duration(t.detect));
     }
   } else if (!t.reason.empty()) {
     spdlog::debug("upstream \"{}\" server {} still down: {}", upstream, address.text, t.reason);

@@ -90,7 +90,8 @@ class ServerState {
   // Called (under the upstream's pick lock) when the balancer chose this server.
   void on_selected(TimePoint now);
   // The data path reports each connect attempt's outcome. Logs every up/down
-  // transition once, with the reason. `error` is e.g. "connection refused".
+  // transition once, with the reason and how long detection took. `error` is
+  // e.g. "connection refused".
   void report(ConnectResult result, std::string_view error, TimePoint now);
   // A reload may change passive health's parameters.
   void configure_passive(std::uint32_t max_fails, Duration fail_timeout);

@@ -45,6 +45,7 @@ TEST_CASE("passive health: max_fails = 1 marks down on the first failure") {
   CHECK(t.changed);
   CHECK_FALSE(t.now_up);
   CHECK(t.reason == "1 failed connect within 10s, last: connection refused");
+  CHECK(t.detect == 0ms);  // the first failure decided it
   CHECK(h.state() == State::down);
   CHECK_FALSE(h.eligible(t0));
   CHECK_FALSE(h.eligible(t0 + 9999ms));
@@ -62,6 +63,7 @@ TEST_CASE("passive health: max_fails failures within fail_timeout") {
   CHECK(t.changed);
   CHECK_FALSE(t.now_up);
   CHECK(t.reason == "3 failed connects within 10s, last: connect timed out");
+  CHECK(t.detect == 9999ms);  // from the window's first failure
   CHECK_FALSE(h.eligible(t0 + 9999ms));
   // Down for fail_timeout from the failure that tipped it over.
   CHECK_FALSE(h.eligible(t0 + 19998ms));
@@ -79,6 +81,7 @@ TEST_CASE("passive health: a failure after the window restarts the count at 1") 
   const auto t = h.on_failure(t0 + 400ms, "connection reset by peer");
   CHECK(t.changed);
   CHECK(t.reason == "2 failed connects within 250ms, last: connection reset by peer");
+  CHECK(t.detect == 150ms);  // the window restarted at t0 + 250ms
   CHECK(h.fails() == 2);
 }
 
@@ -120,8 +123,9 @@ TEST_CASE("passive health: the recovery reason says how long the server was down
   PassiveHealth h(1, 10s);
   h.on_failure(t0, "connection refused");
   h.on_selected(t0 + 12s);
-  CHECK(h.on_success(t0 + 12250ms).reason ==
-        "trial connection succeeded after being down for 12.25s");
+  const auto t = h.on_success(t0 + 12250ms);
+  CHECK(t.reason == "trial connection succeeded after being down for 12.25s");
+  CHECK(t.detect == 250ms);  // the trial connection, from its selection
 }
 
 TEST_CASE("passive health: a failed trial is down for another fail_timeout") {
