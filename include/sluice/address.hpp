@@ -7,10 +7,40 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
 namespace sluice {
+
+// Copies an IPv4 or IPv6 address from `from` to `to`, which has room for a
+// sockaddr_in6; returns false, leaving `to` alone, for any other family.
+inline bool copy_inet(void* to, const sockaddr* from) {
+  if (from == nullptr) return false;
+  if (from->sa_family == AF_INET) {
+    std::memcpy(to, from, sizeof(sockaddr_in));
+  } else if (from->sa_family == AF_INET6) {
+    std::memcpy(to, from, sizeof(sockaddr_in6));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Sets the port of an IPv4 or IPv6 address; other families are left alone.
+inline void set_port(sockaddr_storage& ss, std::uint16_t port) {
+  if (ss.ss_family == AF_INET) {
+    sockaddr_in sin{};
+    std::memcpy(&sin, &ss, sizeof sin);
+    sin.sin_port = htons(port);
+    std::memcpy(&ss, &sin, sizeof sin);
+  } else if (ss.ss_family == AF_INET6) {
+    sockaddr_in6 sin6{};
+    std::memcpy(&sin6, &ss, sizeof sin6);
+    sin6.sin6_port = htons(port);
+    std::memcpy(&ss, &sin6, sizeof sin6);
+  }
+}
 
 // Without the port: "127.0.0.1", "::1" (no brackets). Empty for other families.
 inline std::string format_ip(const sockaddr* sa) {

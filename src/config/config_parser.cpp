@@ -22,6 +22,7 @@
 #include "config/table_reader.hpp"
 #include "config/values.hpp"
 #include "sluice/config.hpp"
+#include "sluice/host.hpp"
 
 namespace sluice {
 
@@ -103,10 +104,7 @@ std::string already_used(std::string_view key, const Endpoint& mine, std::string
 // SNI pattern: a host name or "*.suffix"; lower-cased, trailing dot removed.
 // Returns an empty string when the pattern is not valid.
 std::string normalize_sni(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-  if (!out.empty() && out.back() == '.') out.pop_back();
+  std::string out = normalize_host(text);
   std::string_view host = out;
   if (host.starts_with("*.")) host.remove_prefix(2);
   if (host.empty() || host.size() > 253) return {};

@@ -52,20 +52,6 @@ std::optional<std::uint16_t> parse_port(std::string_view digits) {
   return static_cast<std::uint16_t>(value);
 }
 
-void set_port(sockaddr_storage& ss, std::uint16_t port) {
-  if (ss.ss_family == AF_INET) {
-    sockaddr_in sin{};
-    std::memcpy(&sin, &ss, sizeof sin);
-    sin.sin_port = htons(port);
-    std::memcpy(&ss, &sin, sizeof sin);
-  } else if (ss.ss_family == AF_INET6) {
-    sockaddr_in6 sin6{};
-    std::memcpy(&sin6, &ss, sizeof sin6);
-    sin6.sin6_port = htons(port);
-    std::memcpy(&ss, &sin6, sizeof sin6);
-  }
-}
-
 // getaddrinfo() for one host; copies the first answer. Returns the failure
 // reason, or an empty string on success.
 std::string resolve(const std::string& host, int family, int flags, Endpoint& out) {

@@ -89,17 +89,7 @@ Endpoint with_port(const Endpoint& server, std::uint16_t port) {
   Endpoint out = server;
   if (port == 0) return out;
   out.port = port;
-  if (out.addr.ss_family == AF_INET) {
-    sockaddr_in sin{};
-    std::memcpy(&sin, &out.addr, sizeof sin);
-    sin.sin_port = htons(port);
-    std::memcpy(&out.addr, &sin, sizeof sin);
-  } else if (out.addr.ss_family == AF_INET6) {
-    sockaddr_in6 sin6{};
-    std::memcpy(&sin6, &out.addr, sizeof sin6);
-    sin6.sin6_port = htons(port);
-    std::memcpy(&out.addr, &sin6, sizeof sin6);
-  }
+  set_port(out.addr, port);
   const bool v6 = out.host.find(':') != std::string::npos;
   out.text = (v6 ? "[" + out.host + "]" : out.host) + ":" + std::to_string(port);
   return out;

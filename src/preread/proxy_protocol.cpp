@@ -7,6 +7,8 @@
 #include <charconv>
 #include <cstring>
 
+#include "sluice/address.hpp"
+
 namespace sluice::preread {
 
 namespace {
@@ -202,16 +204,10 @@ void append_v1(std::vector<std::uint8_t>& out, const sockaddr* src, const sockad
     append(out, "PROXY UNKNOWN\r\n", 15);
     return;
   }
-  char sa[INET6_ADDRSTRLEN] = {};
-  char da[INET6_ADDRSTRLEN] = {};
   const bool v4 = s.ss_family == AF_INET;
-  inet_ntop(s.ss_family, v4 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&s)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&s)->sin6_addr),
-            sa, sizeof sa);
-  inet_ntop(d.ss_family, v4 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&d)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&d)->sin6_addr),
-            da, sizeof da);
-  const std::string line = std::string("PROXY ") + (v4 ? "TCP4 " : "TCP6 ") + sa + " " + da + " " +
+  const std::string line = std::string("PROXY ") + (v4 ? "TCP4 " : "TCP6 ") +
+                           format_ip(reinterpret_cast<const sockaddr*>(&s)) + " " +
+                           format_ip(reinterpret_cast<const sockaddr*>(&d)) + " " +
                            std::to_string(port_of(s)) + " " + std::to_string(port_of(d)) + "\r\n";
   append(out, line.data(), line.size());
 }
