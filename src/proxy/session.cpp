@@ -14,6 +14,7 @@
 #include "proxy/buffer_pool.hpp"
 #include "proxy/local_error.hpp"
 #include "proxy/postgres_stage.hpp"
+#include "proxy/proxy_header_stage.hpp"
 #include "proxy/socket_options.hpp"
 #include "proxy/splice.hpp"
 #include "proxy/tls_stage.hpp"
@@ -28,8 +29,8 @@ namespace sluice {
 // stage, the bytes that go to the server before the client's, and what the
 // preread learnt. A plain listener's sessions never allocate it.
 struct Session::Extra {
-  std::vector<std::uint8_t> proxy_header;  // accept_proxy: its bytes so far
   std::unique_ptr<PrereadStage> stage;     // while the preread runs
+  std::uint8_t next_step = 0;              // of the listener's chain (see next_stage())
   std::vector<std::uint8_t> forward;       // sent to the server first; freed once written
   std::uint64_t pg_deadline_ms = 0;        // waiting for the server's 'S' until then
   ssize_t client_end = 0;                  // EOF or error read while connecting
@@ -107,9 +108,7 @@ int Session::accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot,
     uv_close(as_handle(&s->client_), on_close_cb);
     return r;
   }
-  if (peer != nullptr && (peer->sa_family == AF_INET || peer->sa_family == AF_INET6)) {
-    std::memcpy(&s->peer_, peer, peer->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
-  }
+  copy_inet(&s->peer_, peer);
   s->counted_ = true;
   s->snapshot_->registry->counters().connections.fetch_add(1, std::memory_order_relaxed);
   lv.stats->active.fetch_add(1, std::memory_order_relaxed);
@@ -138,7 +137,6 @@ void Session::begin() {
       refuse(Cause::rejected_proxy);
       return;
     }
-    awaiting_proxy_ = true;
     begin_preread();
     return;
   }
@@ -202,22 +200,31 @@ void Session::refuse(Cause cause) {
 // ---- PREREADING ------------------------------------------------------------
 
 void Session::begin_preread() {
-  const bool reading = client_reading_;
   set_state(State::prereading);
-  if (!awaiting_proxy_) {
-    if (lv_.config->preread == Preread::postgres) {
-      extra().stage = std::make_unique<PostgresStage>(lv_, *snapshot_);
-    } else {
-      extra().stage = std::make_unique<TlsStage>(lv_, *snapshot_);
-    }
-  }
-  if (reading) return;  // after a PROXY header: the client is being read already
+  extra().stage = next_stage();
   if (int r = uv_read_start(as_stream(&client_), on_client_alloc, on_client_read); r < 0) {
     finish(Cause::client_reset);
     return;
   }
   client_reading_ = true;
   arm_timer();
+}
+
+// The listener's chain of stages, one after the other: the PROXY header
+// (accept_proxy), then the protocol's (preread). Null at the end.
+std::unique_ptr<PrereadStage> Session::next_stage() {
+  std::uint8_t& step = extra().next_step;
+  const ListenerConfig& lc = *lv_.config;
+  if (step == 0) {
+    step = 1;
+    if (lc.accept_proxy) return std::make_unique<ProxyHeaderStage>();
+  }
+  if (step == 1) {
+    step = 2;
+    if (lc.preread == Preread::postgres) return std::make_unique<PostgresStage>(lv_, *snapshot_);
+    if (lc.preread == Preread::tls) return std::make_unique<TlsStage>(lv_, *snapshot_);
+  }
+  return nullptr;
 }
 
 void Session::on_client_alloc(uv_handle_t* h, std::size_t /*suggested*/, uv_buf_t* buf) {
@@ -260,47 +267,8 @@ void Session::stop_client_reading() {
   client_reading_ = false;
 }
 
-// The PROXY protocol header of an accept_proxy listener: collected until
-// whole, then the carried client address replaces the peer's (for logs, ACLs
-// and hashing) and whatever followed it goes on to the next stage.
-void Session::on_proxy_header_data(const char* data, std::size_t len) {
-  const auto* bytes = reinterpret_cast<const std::uint8_t*>(data);
-  Extra& x = extra();
-  x.proxy_header.insert(x.proxy_header.end(), bytes, bytes + len);
-  const preread::ProxyHeader h = preread::parse_proxy_header(x.proxy_header);
-  if (h.status == preread::ProxyHeader::Status::need_more) return;
-  if (h.status == preread::ProxyHeader::Status::invalid) {
-    SPDLOG_DEBUG("listener \"{}\" peer {}: {}", lv_.config->name, client_address(), h.error);
-    finish(Cause::rejected_proxy);
-    return;
-  }
-  if (!h.local) {
-    std::memcpy(&peer_, &h.source, h.source.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
-    if (h.destination.ss_family == AF_INET || h.destination.ss_family == AF_INET6) {
-      std::memcpy(&x.proxied_destination, &h.destination,
-                  h.destination.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
-    }
-  }
-  std::vector<std::uint8_t> rest(x.proxy_header.begin() + static_cast<std::ptrdiff_t>(h.length),
-                                 x.proxy_header.end());
-  x.proxy_header = {};
-  awaiting_proxy_ = false;
-  if (!admit()) return;
-  if (lv_.config->preread != Preread::none) {
-    begin_preread();
-    if (!rest.empty()) on_preread_data(reinterpret_cast<const char*>(rest.data()), rest.size());
-    return;
-  }
-  x.forward = std::move(rest);
-  route_and_connect(lv_.upstream);
-}
-
 void Session::on_preread_data(const char* data, std::size_t len) {
   touch();
-  if (awaiting_proxy_) {
-    on_proxy_header_data(data, len);
-    return;
-  }
   Extra& x = extra();
   PrereadStage& stage = *x.stage;
   const PrereadResult r = stage.feed({reinterpret_cast<const std::uint8_t*>(data), len});
@@ -319,11 +287,14 @@ void Session::on_preread_data(const char* data, std::size_t len) {
     case PrereadResult::Kind::close:
       x.sni = std::move(stage.sni);
       x.alpn = std::move(stage.alpn);
-      if (r.cause == Cause::preread_malformed) {
-        SPDLOG_DEBUG("listener \"{}\" client {}: malformed preread: {}", lv_.config->name, client_address(),
+      if (*stage.error() != '\0') {
+        SPDLOG_DEBUG("listener \"{}\" client {}: refused preread: {}", lv_.config->name, client_address(),
                      stage.error());
       }
       finish(r.cause);
+      return;
+    case PrereadResult::Kind::next:
+      on_stage_done();
       return;
     case PrereadResult::Kind::route:
       break;
@@ -336,6 +307,28 @@ void Session::on_preread_data(const char* data, std::size_t len) {
   // connecting (see on_client_read).
   x.stage.reset();
   route_and_connect(r.upstream);
+}
+
+// A stage finished without routing. What it learnt of the client applies
+// now: a PROXY header's address replaces the peer's for logs, hashing and
+// the access checks, which waited for it (see begin()). The bytes it did not
+// use go to the next stage, or to the listener's upstream at the end.
+void Session::on_stage_done() {
+  Extra& x = extra();
+  std::unique_ptr<PrereadStage> done = std::move(x.stage);
+  std::vector<std::uint8_t> rest = done->take_forward();
+  copy_inet(&peer_, reinterpret_cast<const sockaddr*>(&done->client));
+  copy_inet(&x.proxied_destination, reinterpret_cast<const sockaddr*>(&done->destination));
+  const bool admit_now = done->names_client();
+  done.reset();
+  if (admit_now && !admit()) return;
+  x.stage = next_stage();
+  if (!x.stage) {
+    x.forward = std::move(rest);
+    route_and_connect(lv_.upstream);
+    return;
+  }
+  if (!rest.empty()) on_preread_data(reinterpret_cast<const char*>(rest.data()), rest.size());
 }
 
 // ---- CONNECTING ------------------------------------------------------------

@@ -91,11 +91,12 @@ class Session {
   bool admit();
   void refuse(Cause cause);
   void after_admission();
-  void on_proxy_header_data(const char* data, std::size_t len);
   void append_proxy_header(std::vector<std::uint8_t>& out, ProxyProtocol version);
   void begin_pg_handshake(std::vector<std::uint8_t> head);
   static void on_pg_answer(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
   void begin_preread();
+  std::unique_ptr<PrereadStage> next_stage();
+  void on_stage_done();
   void on_preread_data(const char* data, std::size_t len);
   void route_and_connect(Upstream* up);
   void start_proxying();
@@ -145,7 +146,6 @@ class Session {
   bool counted_ = false;           // counted in the connection totals
   bool connected_ = false;
   bool client_counted_ = false;    // holds a slot in the listener's ClientTable
-  bool awaiting_proxy_ = false;    // accept_proxy: the PROXY header is not complete yet
   bool quiet_ = false;             // refused by policy: counted, no access record
   bool half_closed_ = false;       // a FIN has been seen: fin_timeout applies
   bool client_fin_first_ = false;
