@@ -1,33 +1,16 @@
 // Test helpers: a pool of balancer candidates built from "address:weight"
-// specs (no server state involved: the algorithms are pure), and an Upstream
-// with fresh server states for the tests that go through Upstream::pick.
+// specs. No server state is involved: the algorithms are pure.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "balance/hash.hpp"
-#include "sluice/config.hpp"
-#include "upstream/upstream.hpp"
 
 namespace sluice::test {
-
-inline ServerConfig server_config(const std::string& text, std::uint32_t weight = 1,
-                                  std::uint32_t max_conns = 0, bool backup = false) {
-  ServerConfig c;
-  c.address.text = text;
-  const auto colon = text.rfind(':');
-  c.address.host = text.substr(0, colon);
-  c.address.port = static_cast<std::uint16_t>(std::stoul(text.substr(colon + 1)));
-  c.weight = weight;
-  c.max_conns = max_conns;
-  c.backup = backup;
-  return c;
-}
 
 struct Pool {
   std::vector<Candidate> c;
@@ -74,14 +57,6 @@ inline std::vector<std::string> client_keys(std::size_t n) {
                    std::to_string((r >> 16) & 0xff) + "." + std::to_string((r >> 24) & 0xff));
   }
   return keys;
-}
-
-inline std::unique_ptr<Upstream> make_upstream(const UpstreamConfig& config, std::uint64_t seed = 1) {
-  std::vector<std::shared_ptr<ServerState>> states;
-  for (const ServerConfig& s : config.servers) {
-    states.push_back(std::make_shared<ServerState>(config.name, s.address, config.max_fails, config.fail_timeout));
-  }
-  return std::make_unique<Upstream>(config, std::move(states), seed);
 }
 
 }  // namespace sluice::test

@@ -11,7 +11,6 @@
 
 #include "balance/hash.hpp"
 #include "pool.hpp"
-#include "upstream/upstream.hpp"
 
 using namespace sluice;
 
@@ -44,8 +43,6 @@ const std::vector<std::string>& keys_100k() {
   static const std::vector<std::string> keys = test::client_keys(100000);
   return keys;
 }
-
-const TimePoint t0{std::chrono::hours(1)};
 
 }  // namespace
 
@@ -165,43 +162,6 @@ TEST_CASE("hash: a fixed key ranks fixed servers the same way in every process")
   test::Pool pool = pool_of({"10.0.1.1:443", "10.0.1.2:443", "10.0.1.3:443", "10.0.1.4:443"});
   CHECK(rendezvous_rank(pool.c, "db.example.com") == std::vector<std::size_t>{2, 1, 3, 0});
   CHECK(rendezvous_rank(pool.c, "") == std::vector<std::size_t>{1, 3, 0, 2});
-}
-
-TEST_CASE("hash: the first pick is the Maglev table's, retries follow the key's ranking") {
-  UpstreamConfig c;
-  c.name = "redis";
-  c.balance = Balance::hash;
-  for (int i = 1; i <= 6; ++i) c.servers.push_back(test::server_config(addr(i)));
-  auto up_owner = test::make_upstream(c);
-  Upstream& up = *up_owner;
-  test::Pool pool = pool_of([] {
-    std::vector<std::string> a;
-    for (int i = 1; i <= 6; ++i) a.push_back(addr(i));
-    return a;
-  }());
-  for (auto& x : pool.c) x.up = true;
-  HashBalancer table;
-  table.reset(pool.c);
-  const auto& keys = keys_100k();
-  std::size_t first_differs = 0;
-  for (std::size_t k = 0; k < 50; ++k) {
-    const std::size_t first = table.choose_indexed(keys[k]);
-    const auto rank = rendezvous_rank(pool.c, keys[k]);
-    first_differs += rank[0] != first ? 1 : 0;
-    std::vector<std::size_t> expected{first};
-    for (std::size_t i : rank) {
-      if (i != first) expected.push_back(i);
-    }
-    TriedSet tried;
-    std::vector<std::size_t> order;
-    for (long i; (i = up.pick(tried, keys[k], t0)) >= 0;) {
-      order.push_back(static_cast<std::size_t>(i));
-      tried.add(static_cast<std::size_t>(i));
-      up.release(static_cast<std::size_t>(i));
-    }
-    CHECK(order == expected);
-  }
-  CHECK(first_differs > 0);  // the two hashes are not the same one
 }
 
 TEST_CASE("hash: bounded load skips an overloaded server") {

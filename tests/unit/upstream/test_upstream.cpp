@@ -11,7 +11,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "pool.hpp"
+#include "fixture.hpp"
 #include "upstream/upstream.hpp"
 
 using namespace sluice;

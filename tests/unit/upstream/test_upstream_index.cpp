@@ -17,7 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "balance/hash.hpp"
-#include "pool.hpp"
+#include "fixture.hpp"
 #include "upstream/upstream.hpp"
 
 using namespace sluice;
