@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Not for -t: a check must stay easy to interrupt.
+  if (!test_only) sluice::Control::block_signals();
   std::shared_ptr<const sluice::Config> config;
   try {
     config = std::make_shared<const sluice::Config>(sluice::load_config(path));

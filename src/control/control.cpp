@@ -1,12 +1,14 @@
 #include "control/control.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <exception>
 #include <set>
@@ -36,6 +38,15 @@ struct Control::Socket {
 namespace {
 
 uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
+
+constexpr int kHandledSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+
+sigset_t handled_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kHandledSignals) sigaddset(&set, sig);
+  return set;
+}
 
 std::string socket_key(const ListenerConfig& l) {
   if (l.listen.port == 0) return "name:" + l.name;
@@ -98,6 +109,11 @@ struct Drain {
 
 }  // namespace
 
+void Control::block_signals() {
+  const sigset_t set = handled_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
 Control::Control(std::string config_path, std::shared_ptr<const Config> config)
     : config_path_(std::move(config_path)), initial_(std::move(config)), loop_(uv_default_loop()) {}
 
@@ -128,8 +144,9 @@ bool Control::start() {
   stopped_async_.data = this;
   for (unsigned w = 0; w < nworkers_; ++w) workers_.push_back(std::make_unique<Worker>(w, &stopped_async_));
 
-  // Signals are handled from before the first listener opens: a caller that
+  // The handlers are in place before the first listener opens: a caller that
   // sees "listening" and sends SIGUSR1 or SIGHUP must not kill the process.
+  // The signals stay blocked (see block_signals) until the workers run.
   for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) {
     uv_signal_init(loop_, sig);
     sig->data = this;
@@ -158,6 +175,10 @@ bool Control::start() {
   tick_.data = this;
   uv_timer_start(&tick_, on_tick, 1000, 1000);
   for (auto& w : workers_) w->start();
+  // The workers inherited the block: from now on the handled signals reach
+  // this thread only, and any that came while starting are handled now.
+  const sigset_t handled = handled_signals();
+  pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
   spdlog::info("sluice {} started: {} worker(s), {} listener(s)", SLUICE_VERSION, nworkers_,
                config.listeners.size());
   notify_systemd("READY=1\nSTATUS=running, configuration generation " + std::to_string(generation_));
@@ -504,7 +525,17 @@ void Control::on_stopped_async(uv_async_t* a) {
 void Control::on_workers_stopped() {
   if (handles_closed_) return;
   handles_closed_ = true;
+  // What is left is writing out the log and exiting: the handled signals are
+  // ignored from here on. Closing a signal's last libuv handle restores its
+  // default action (for SIGHUP and SIGUSR1: the end of the process), so they
+  // stay blocked in this thread until SIG_IGN replaces it; the other threads
+  // block them since they started.
+  const sigset_t handled = handled_signals();
+  sigset_t before;
+  pthread_sigmask(SIG_BLOCK, &handled, &before);
   for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_close(as_handle(sig), nullptr);
+  for (int sig : kHandledSignals) std::signal(sig, SIG_IGN);
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   uv_close(as_handle(&tick_), nullptr);
   if (health_) health_->stop([] {});
   if (admin_http_) admin_http_->close([] {});

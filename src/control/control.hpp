@@ -32,6 +32,13 @@ struct ReloadResult {
 
 class Control {
  public:
+  // Blocks the signals the control loop handles (SIGTERM, SIGINT, SIGHUP,
+  // SIGUSR1) in the calling thread. Call it before any other thread starts:
+  // every thread inherits the block, a signal that comes while sluice starts
+  // waits instead of killing it, and run() unblocks them in the control
+  // loop's thread only, once its handlers are in place.
+  static void block_signals();
+
   Control(std::string config_path, std::shared_ptr<const Config> config);
   ~Control();
   Control(const Control&) = delete;

@@ -4,8 +4,10 @@ defect."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import select
 import signal
 import socket
 import struct
@@ -99,6 +101,60 @@ def test_hup_and_usr1_during_a_graceful_stop_do_not_kill(sluice, backends):
     assert s.wait_exit(timeout=10) == 0
     (rec,) = s.wait_records(1)
     assert rec["cause"] == "client_closed"
+
+
+def test_signals_while_exiting_do_not_kill(sluice, backends):
+    """SIGTERM, then every documented signal over and over until sluice has
+    exited. Its error log goes to a pipe that nobody reads, so once the
+    sessions are done sluice spends its last seconds waiting for the log to
+    drain: a signal arriving then must not kill it either."""
+    be = backends(harness.banner_handler, name="A")
+    s = sluice([listener()], {"up": upstream(be)}, start=False)
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+    proc = subprocess.Popen([str(harness.sluice_bin()), "-c", str(s.config_path)],
+                            stdin=subprocess.DEVNULL, stdout=w, stderr=w, cwd=s.workdir)
+    # A second open file description of the pipe, non-blocking, to fill it
+    # (sluice's own stays blocking).
+    filler = os.open(f"/proc/self/fd/{w}", os.O_WRONLY | os.O_NONBLOCK)
+    os.close(w)
+    try:
+        out = b""
+        deadline = time.monotonic() + harness.START_TIMEOUT
+        while b"listening on" not in out and time.monotonic() < deadline:
+            ready, _, _ = select.select([r], [], [], 0.5)
+            if ready:
+                chunk = os.read(r, 4096)
+                assert chunk, out.decode(errors="replace")
+                out += chunk
+        assert b"listening on" in out, out.decode(errors="replace")
+        try:
+            while True:
+                os.write(filler, b"x" * 512)
+        except BlockingIOError:
+            pass  # full: sluice's next log write blocks
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        sent = 0
+        while proc.poll() is None and time.monotonic() - t0 < 15:
+            for sig in (signal.SIGUSR1, signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+                try:
+                    proc.send_signal(sig)
+                except ProcessLookupError:
+                    break
+                sent += 1
+            time.sleep(0.002)
+        rc = proc.wait(timeout=5)
+        took = time.monotonic() - t0
+        assert rc == 0, f"exit status {rc} after {sent} signals in {took:.2f}s"
+        # The exit did wait on the stalled log: the signals came in that window.
+        assert took > 2, f"sluice exited {took:.2f}s after SIGTERM: the log was not stalled"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+        os.close(filler)
+        os.close(r)
 
 
 def test_usr1_does_not_kill_a_running_sluice(sluice, backends):
