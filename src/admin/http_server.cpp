@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "log/escape.hpp"
 #include "sluice/address.hpp"
 
 namespace sluice::admin {
@@ -93,7 +94,10 @@ void Connection::on_data(const char* data, std::size_t n) {
       try {
         r = server->handler_(request);
       } catch (const std::exception& e) {
-        spdlog::error("admin: {} {} failed: {}", request.method, request.path, e.what());
+        // The path is the client's bytes: escaped, so it cannot break or forge a log line.
+        std::string path;
+        append_text_escaped(path, request.path);
+        spdlog::error("admin: {} {} failed: {}", request.method, path, e.what());
         r = error_response(500, "internal error");
       }
       respond(std::move(r));
