@@ -5,11 +5,16 @@ suffer one of the loopback faults the other files test for behaviour:
 
 - servers that reset mid-stream, one session after another;
 - servers that accept and never read, with clients pushing into them;
+- servers that read very slowly (4 KiB every 50 ms) while clients upload;
+- servers that answer, then stall until `idle_timeout` ends the session,
+  one session after another;
+- a server that refuses, so that every session moves to the next one;
 - clients that read very slowly from a fast source.
 
 The neighbour's throughput during the fault must stay above a generous share
 of what it was before (neighbour.MIN_SHARE), and each fault must really
-have happened (counted on the faulty sessions themselves)."""
+have happened (counted on the faulty sessions themselves, and where sluice
+sees it, in its access records)."""
 
 from __future__ import annotations
 
@@ -26,6 +31,12 @@ import neighbour
 from harness import listener, upstream
 
 SESSIONS = 16   # faulty sessions at a time (never-reading servers, slow readers)
+# idle_timeout for the servers that answer, then stall. Each such session
+# must end that long after its answer, give or take the moment the answer
+# takes to reach the client and room for a loaded machine (late by
+# STALL_LATE_S at most), while the neighbour streams on the same worker.
+STALL_IDLE_S = 0.5
+STALL_LATE_S = 1.0
 
 
 def rst_after_64k(backend: harness.Backend, conn: socket.socket):
@@ -48,10 +59,13 @@ class Fault:
         self.threads: list[threading.Thread] = []
         self.lock = threading.Lock()
         self.count = 0
+        self.seconds: list[float] = []  # how long each timed event took
 
-    def add(self, n: int = 1):
+    def add(self, n: int = 1, seconds: float | None = None):
         with self.lock:
             self.count += n
+            if seconds is not None:
+                self.seconds.append(seconds)
 
     def spawn(self, fn, *args):
         t = threading.Thread(target=fn, args=args, daemon=True)
@@ -79,20 +93,69 @@ def resetting_sessions(s: harness.Sluice, fault: Fault):
             c.close()
 
 
-def pushing_session(s: harness.Sluice, fault: Fault):
-    """Pushes into a server that never reads, until sending blocks."""
+def slow_server(backend: harness.Backend, conn: socket.socket):
+    """Reads 4 KiB every 50 ms to the end of the upload."""
+    while conn.recv(4096):
+        time.sleep(0.05)
+
+
+def answer_then_stall(backend: harness.Backend, conn: socket.socket):
+    """Answers a request line with 64 KiB, then sends nothing more and keeps
+    the connection open until sluice closes it."""
+    harness.recv_line(conn)
+    conn.sendall(b"a" * 65536)
+    while conn.recv(4096):
+        pass
+
+
+def pushing_session(s: harness.Sluice, fault: Fault, keep_pushing: bool = False):
+    """Pushes into a server that reads slowly or never, until sending blocks;
+    with keep_pushing, goes on pushing whatever the server takes."""
     c = s.connect("far")
     c.settimeout(0.2)
     block = b"n" * 65536
+    held = False
     try:
         while not fault.stop_event.is_set():
             try:
                 c.send(block)
             except socket.timeout:
-                fault.add()  # backpressure reached the client: the fault is in place
-                fault.stop_event.wait()
+                if not held:
+                    fault.add()  # backpressure reached the client: the fault is in place
+                    held = True
+                if not keep_pushing:
+                    fault.stop_event.wait()
     finally:
+        # A reset: a slow server must not keep the session draining after the test.
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         c.close()
+
+
+def uploading_session(s: harness.Sluice, fault: Fault):
+    pushing_session(s, fault, keep_pushing=True)
+
+
+def stalled_sessions(s: harness.Sluice, fault: Fault):
+    """One session after another: a request, the whole answer, then silence
+    until sluice ends the session; counts how long the silence lasted."""
+    while not fault.stop_event.is_set():
+        c = s.connect("far")
+        try:
+            c.sendall(b"request\n")
+            harness.recv_exact(c, 65536)
+            t0 = time.monotonic()
+            harness.wait_closed(c)
+            fault.add(seconds=time.monotonic() - t0)
+        finally:
+            c.close()
+
+
+def retried_sessions(s: harness.Sluice, fault: Fault):
+    """One session after another, each refused by its first server and
+    served by the next."""
+    while not fault.stop_event.is_set():
+        if harness.banner_of(s, "far") == b"good":
+            fault.add()
 
 
 def slow_reader(s: harness.Sluice, fault: Fault):
@@ -120,41 +183,84 @@ def sources():
         src.stop()
 
 
-@pytest.mark.parametrize("kind", ["server_reset", "never_reads", "slow_reader"])
+# kind -> (how many faulty sessions run at once, what each runs)
+CLIENTS = {
+    "server_reset": (1, resetting_sessions),
+    "never_reads": (SESSIONS, pushing_session),
+    "slow_server": (SESSIONS, uploading_session),
+    "answers_then_stalls": (SESSIONS, stalled_sessions),
+    "refuses": (1, retried_sessions),
+    "slow_reader": (SESSIONS, slow_reader),
+}
+# What sluice must have logged for the faulty sessions: (cause, tries), None
+# for either when it does not matter, or no entry when the faulty sessions
+# do not end during the test.
+RECORDED = {
+    "server_reset": ("server_reset", None),
+    "answers_then_stalls": ("idle_timeout", None),
+    "refuses": (None, "2"),
+}
+
+
+@pytest.mark.parametrize("kind", list(CLIENTS))
 def test_neighbour_keeps_its_throughput_during_a_fault(sluice, backends, sources, kind):
     near = sources()
     release = threading.Event()  # lets the never-reading servers go at the end
+    far_opts: dict = {}
     if kind == "server_reset":
-        far = backends(rst_after_64k, name="resetter").address
+        far = upstream(backends(rst_after_64k, name="resetter"))
     elif kind == "never_reads":
-        far = backends(lambda backend, conn: release.wait(30), name="sink").address
+        far = upstream(backends(lambda backend, conn: release.wait(30), name="sink"))
+    elif kind == "slow_server":
+        slow = backends(slow_server, name="slow")
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        far = upstream(slow)
+    elif kind == "answers_then_stalls":
+        far = upstream(backends(answer_then_stall, name="staller"))
+        far_opts = {"idle_timeout": f"{int(STALL_IDLE_S * 1000)}ms"}
+    elif kind == "refuses":
+        # The refusing server is the first choice of every session (weight,
+        # and no passive health to leave it out).
+        refusing = f"127.0.0.1:{harness.dead_port()}"
+        far = upstream(refusing, backends(harness.banner_handler, name="good"),
+                       weights=[100, 1], max_fails=0)
+        far_opts = {"tries": 2}
     else:
-        far = sources().address
-    s = sluice([listener("near", "near"), listener("far", "far")],
-               {"near": upstream(near.address), "far": upstream(far)},
+        far = upstream(sources().address)
+    s = sluice([listener("near", "near"), listener("far", "far", **far_opts)],
+               {"near": upstream(near.address), "far": far},
                global_={"workers": 1})
 
     meter = neighbour.Meter(s.connect("near"))
     fault = Fault()
+    threads, client = CLIENTS[kind]
     try:
         before = meter.measure(neighbour.WINDOW_S)
-        if kind == "server_reset":
-            fault.spawn(resetting_sessions, s, fault)
-        else:
-            for _ in range(SESSIONS):
-                fault.spawn(pushing_session if kind == "never_reads" else slow_reader, s, fault)
-        # Measured once the fault is in place: a few resets done, every
-        # pushing client held back, every slow reader reading.
-        need = 5 if kind == "server_reset" else SESSIONS
+        for _ in range(threads):
+            fault.spawn(client, s, fault)
+        # Measured once the fault is in place: a few sessions through it
+        # where they follow one another, else every faulty session held back
+        # (pushing clients), reading (slow readers) or ended (stalls).
+        need = 5 if threads == 1 else SESSIONS
         harness.wait_until(lambda: fault.count >= need, what=f"{need} {kind} events")
         during = meter.measure(neighbour.WINDOW_S)
     finally:
         release.set()
         fault.stop()
         meter.stop()
-    print(f"{kind}: {fault.count} fault events; neighbour {before / 1e6:.0f} MB/s before, "
+    timed = f" (each {min(fault.seconds):.2f}..{max(fault.seconds):.2f}s)" if fault.seconds else ""
+    print(f"{kind}: {fault.count} fault events{timed}; neighbour {before / 1e6:.0f} MB/s before, "
           f"{during / 1e6:.0f} MB/s during")
-    if kind == "server_reset":
-        # sluice saw them as resets too.
-        s.wait_records(5, pred=lambda r: r["listener"] == "far" and r["cause"] == "server_reset")
+    if kind in RECORDED:
+        cause, tries = RECORDED[kind]
+
+        def as_made(r: dict) -> bool:
+            return r["listener"] == "far" and cause in (None, r["cause"]) and tries in (None, r["tries"])
+        # sluice saw the faults as the test made them.
+        s.wait_records(need, pred=as_made)
+    if kind == "answers_then_stalls":
+        quiet = fault.seconds
+        assert STALL_IDLE_S - 0.1 <= min(quiet) and max(quiet) <= STALL_IDLE_S + STALL_LATE_S, \
+            f"stalled sessions ended {min(quiet):.2f}..{max(quiet):.2f}s after the answer, " \
+            f"idle_timeout={STALL_IDLE_S}s"
     neighbour.assert_kept_pace(before, during, kind.replace("_", " "))
