@@ -11,6 +11,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -376,20 +377,60 @@ def test_oversized_hello_is_rejected(sluice, tls_servers):
     assert a.handshakes() == 0
 
 
-@pytest.mark.parametrize("sent", [b"", b"\x16\x03\x01\x02"], ids=["silent", "partial"])
+def trickle(sock: socket.socket, data: bytes, every_s: float, stop: threading.Event) -> threading.Thread:
+    """Sends `data` one byte every `every_s` from a thread, until it is all
+    sent, the socket fails or `stop` is set."""
+    def run():
+        try:
+            for i in range(len(data)):
+                sock.send(data[i:i + 1])
+                if stop.wait(every_s):
+                    return
+        except OSError:
+            pass
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+PREREAD_TIMEOUT_S = 1.0
+
+
+@pytest.mark.parametrize("sent", ["silent", "partial", "trickle"])
 def test_slow_client_is_closed_at_preread_timeout(sluice, tls_servers, sent):
+    """A client that sends nothing, part of a record header, or a real
+    ClientHello one byte every 200 ms (slowloris: each byte comes well
+    within the timeout, but preread_timeout is a deadline from accept, not
+    reset by each byte) is closed at preread_timeout, while a normal client
+    is served meanwhile."""
     a = tls_servers("a.test")
-    s = sluice([tls_listener(default_upstream="a", preread_timeout="500ms")],
+    s = sluice([tls_listener(default_upstream="a", preread_timeout=f"{PREREAD_TIMEOUT_S:.0f}s")],
                {"a": upstream(a.address)})
+    stop = threading.Event()
+    trickler = None
     with s.connect() as c:
-        if sent:
-            c.sendall(sent)
-        elapsed = harness.seconds_until_closed(c, timeout=10)
-    assert 0.4 <= elapsed < 3, f"closed after {elapsed:.2f}s with preread_timeout=500ms"
-    (rec,) = s.wait_records(1)
-    assert rec["cause"] == "preread_timeout"
-    assert rec["server"] == "-"
-    assert a.handshakes() == 0
+        t0 = time.monotonic()
+        if sent == "partial":
+            c.sendall(b"\x16\x03\x01\x02")
+        elif sent == "trickle":
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            trickler = trickle(c, client_hello("a.test"), 0.2, stop)
+        # A normal client, while the slow one holds its connection open.
+        assert py_tls(s.port(), "a.test").der == a.cert.der
+        assert time.monotonic() - t0 < PREREAD_TIMEOUT_S - 0.1, "too slow for the check below to mean anything"
+        try:
+            harness.wait_closed(c, timeout=10)
+        finally:
+            stop.set()
+        elapsed = time.monotonic() - t0
+    if trickler:
+        trickler.join(5)
+    assert PREREAD_TIMEOUT_S - 0.1 <= elapsed < PREREAD_TIMEOUT_S + 1.0, \
+        f"closed after {elapsed:.2f}s with preread_timeout={PREREAD_TIMEOUT_S:.0f}s"
+    recs = s.wait_records(2)
+    (rec,) = [r for r in recs if r["server"] == "-"]  # the normal client's went to a
+    assert rec["cause"] == "preread_timeout", recs
+    assert a.handshakes() == 1  # the normal client's only
 
 
 def test_thousand_silent_clients_do_not_block_a_real_one(sluice, tls_servers):
