@@ -6,8 +6,11 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 import harness
 from harness import listener, upstream
+from test_admin import admin_sluice, metrics, poll  # noqa: F401  (admin_sluice is a fixture)
 
 
 def connect_from(src: str, addr, timeout: float = 5.0) -> socket.socket:
@@ -136,3 +139,74 @@ def test_a_connect_storm_over_the_limit_never_stalls_accepting(sluice, backends)
         assert served(c), "accepting stalled after a storm"
     finally:
         c.close()
+
+
+def closed_by_cause(samples: dict) -> dict[str, dict[str, float]]:
+    """listener -> {cause: count} for the causes that happened."""
+    out: dict[str, dict[str, float]] = {}
+    for (name, labels), value in samples.items():
+        if name == "sluice_listener_closed_total" and value:
+            lbl = dict(labels)
+            out.setdefault(lbl["listener"], {})[lbl["cause"]] = value
+    return out
+
+
+@pytest.mark.skipif(not harness.ipv6_available(), reason="::1 is not available")
+def test_ipv6_clients_are_checked_and_every_refusal_is_counted(admin_sluice, backends):
+    """allow/deny with IPv6 networks, and the per-client limits for an IPv6
+    client, on two workers; the admin API's counters by cause equal what the
+    clients saw, connection for connection."""
+    be = backends(harness.banner_handler, name="A")
+    v6 = "[::1]:0"
+    s = admin_sluice([listener("allowed", listen=v6, allow=["::1/128"], deny=["2001:db8::/32"]),
+                      listener("not_allowed", listen=v6, allow=["2001:db8::/32", "127.0.0.0/8"]),
+                      listener("denied", listen=v6, allow=["::/0"], deny=["::1/128"]),
+                      listener("per_client", listen=v6, client_max_connections=2),
+                      listener("rate", listen=v6, client_rate_limit="3/s")],
+                     {"up": upstream(be)}, global_={"workers": 2})
+
+    def attempt(name: str) -> tuple[socket.socket, bool]:
+        host, port = s.addr(name)
+        assert host == "::1"
+        c = harness.connect(host, port, timeout=5)
+        return c, served(c)
+
+    def attempts(name: str, n: int) -> int:
+        """n connections one after another; how many were served."""
+        ok = 0
+        for _ in range(n):
+            c, got_in = attempt(name)
+            c.close()
+            ok += got_in
+        return ok
+
+    assert attempts("allowed", 3) == 3
+    assert attempts("not_allowed", 4) == 0, "an address outside allow got in"
+    assert attempts("denied", 4) == 0, "deny did not win over allow"
+    held = []
+    try:
+        for _ in range(2):
+            c, got_in = attempt("per_client")
+            held.append(c)
+            assert got_in
+        for _ in range(3):
+            c, got_in = attempt("per_client")
+            held.append(c)
+            assert not got_in, "a third connection from ::1 got in"
+    finally:
+        for c in held:
+            c.close()
+    n_rate = 8
+    rate_ok = attempts("rate", n_rate)
+    assert 3 <= rate_ok < n_rate, rate_ok
+    s.log.wait_for(r"connection from \[::1\]:\d+ refused \(acl_denied\)")
+
+    want = {
+        "allowed": {"client_closed": 3},
+        "not_allowed": {"acl_denied": 4},
+        "denied": {"acl_denied": 4},
+        "per_client": {"client_closed": 2, "client_limit": 3},
+        "rate": {"client_closed": rate_ok, "rate_limited": n_rate - rate_ok},
+    }
+    _, samples = poll(lambda: metrics(s), lambda m: closed_by_cause(m[1]) == want)
+    assert closed_by_cause(samples) == want
