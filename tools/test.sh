@@ -95,7 +95,8 @@ splice_suite() {  # build dir, label
 }
 
 # Where threads share state: two workers (least_conn counts, per-client
-# limits, accept back-off, real database clients), reload and stop (the
+# limits, accept back-off, real database clients, the short soak and the
+# integrity run under backend kills), reload and stop (the
 # control loop hands new snapshots to the workers), the admin API and the
 # health checks (on the control loop, reading and changing what the workers
 # use), and the logging thread (reopen, a stalled pipe).
@@ -108,6 +109,8 @@ tsan_tests=(
   tests/integration/test_admin.py
   tests/integration/test_health.py
   tests/integration/test_log_files.py
+  tests/integration/test_soak.py
+  tests/integration/test_integrity.py
   tests/e2e/test_active_health.py
   tests/e2e/test_databases.py
   tests/e2e/test_postgres_sni.py
