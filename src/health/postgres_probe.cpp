@@ -5,6 +5,7 @@
 
 #include "health/match.hpp"
 #include "sluice/address.hpp"
+#include "sluice/local_error.hpp"
 
 namespace sluice::health {
 
@@ -66,13 +67,11 @@ void PostgresProbe::begin() {
   values.push_back(nullptr);
   conn_ = PQconnectStartParams(keys.data(), values.data(), 0);
   if (conn_ == nullptr) {
-    finish(false, "out of memory");
+    finish(Verdict::local_error, "out of memory");
     return;
   }
   if (PQstatus(conn_) == CONNECTION_BAD) {
-    std::string reason = short_message(PQerrorMessage(conn_));
-    abort();
-    finish(false, reason);
+    fail_with_libpq("");
     return;
   }
   // As if PQconnectPoll had said PGRES_POLLING_WRITING.
@@ -97,12 +96,12 @@ void PostgresProbe::watch(int events, bool fresh) {
     if (rc < 0) {
       handles_.forget(poll_);
       poll_ = nullptr;
-      finish(false, std::string("cannot watch the socket: ") + uv_strerror(rc));
+      finish(failed_with(rc), std::string("cannot watch the socket: ") + uv_strerror(rc));
       return;
     }
   }
   const int rc = uv_poll_start(&poll_->uv, events, &PostgresProbe::on_poll);
-  if (rc < 0) finish(false, std::string("cannot watch the socket: ") + uv_strerror(rc));
+  if (rc < 0) finish(failed_with(rc), std::string("cannot watch the socket: ") + uv_strerror(rc));
 }
 
 void PostgresProbe::on_poll(uv_poll_t* h, int status, int) {
@@ -177,7 +176,11 @@ void PostgresProbe::read_result() {
 }
 
 void PostgresProbe::fail_with_libpq(const char* what) {
-  finish(false, what + short_message(PQerrorMessage(conn_)));
+  const std::string reason = short_message(PQerrorMessage(conn_));
+  // libpq reports a failed socket() or connect() only as text; until the
+  // connection is up, such an error may be sluice's own.
+  const bool local = !connected_ && names_local_resource_error(reason);
+  finish(local ? Verdict::local_error : Verdict::fail, what + reason);
 }
 
 }  // namespace sluice::health

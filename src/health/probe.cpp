@@ -13,6 +13,7 @@
 #include "health/send_expect_probe.hpp"
 #include "health/tcp_probe.hpp"
 #include "sluice/address.hpp"
+#include "sluice/local_error.hpp"
 #include "sluice/time.hpp"
 
 namespace sluice::health {
@@ -33,11 +34,11 @@ void Probe::start(Result result) {
   begin();
 }
 
-void Probe::finish(bool ok, std::string reason) {
+void Probe::finish(Verdict verdict, std::string reason) {
   if (!in_flight()) return;
   abort();
   decided_ = true;
-  ok_ = ok;
+  verdict_ = verdict;
   reason_ = std::move(reason);
   uv_timer_start(&timer_->uv, &Probe::on_timeout, 0, 0);  // replaces the timeout
 }
@@ -51,7 +52,11 @@ void Probe::on_timeout(uv_timer_t* t) {
   self->decided_ = false;
   Result result = std::move(self->result_);
   self->result_ = nullptr;
-  result(self->ok_, std::move(self->reason_));
+  result(self->verdict_, std::move(self->reason_));
+}
+
+Probe::Verdict Probe::failed_with(int uv_err) {
+  return is_local_resource_error(uv_err) ? Verdict::local_error : Verdict::fail;
 }
 
 bool Probe::read_password(std::string& out) {

@@ -1,6 +1,6 @@
 // One kind of active check against one server, driven by the control loop.
 // A probe runs at most one check at a time; each check ends with exactly one
-// result (ok + a human-readable reason such as "connection refused",
+// result (a verdict + a human-readable reason such as "connection refused",
 // "HTTP 503", "role is replica, want master", "timeout after 1s"), unless
 // the probe is closed first. The timeout covers the whole check: connect,
 // authentication, request and reply.
@@ -19,7 +19,12 @@ namespace sluice::health {
 
 class Probe {
  public:
-  using Result = std::function<void(bool ok, std::string reason)>;
+  // How a check ended. `local_error`: sluice could not run it for want of
+  // its own resources (socket() or connect() failing with EMFILE, ENFILE,
+  // EADDRNOTAVAIL, ENOBUFS, ENOMEM). That says nothing about the server: it
+  // is neither a pass nor a failure.
+  enum class Verdict { pass, fail, local_error };
+  using Result = std::function<void(Verdict verdict, std::string reason)>;
 
   // `target` is the address to probe (the server's, or its health port).
   Probe(uv_loop_t* loop, const HealthConfig& config, const Endpoint& target);
@@ -51,7 +56,11 @@ class Probe {
 
   // Decides the check in flight (no-op when none or already decided):
   // abort() now, the result on the next loop turn.
-  void finish(bool ok, std::string reason);
+  void finish(bool ok, std::string reason) { finish(ok ? Verdict::pass : Verdict::fail, std::move(reason)); }
+  void finish(Verdict verdict, std::string reason);
+  // The verdict of a check that failed with libuv's `uv_err` on socket() or
+  // connect(): local_error when the error is sluice's own, else fail.
+  static Verdict failed_with(int uv_err);
   // The password from password_file (read at every check, so a rotated
   // secret needs no reload); "" when none is configured. When the file
   // cannot be read, fails the check and returns false.
@@ -71,7 +80,7 @@ class Probe {
   Timer* timer_ = nullptr;
   Result result_;
   bool decided_ = false;  // the timer now delivers the result, not the timeout
-  bool ok_ = false;
+  Verdict verdict_ = Verdict::fail;
   std::string reason_;
   bool closing_ = false;
 };

@@ -5,6 +5,7 @@
 
 #include "health/match.hpp"
 #include "sluice/address.hpp"
+#include "sluice/local_error.hpp"
 
 namespace sluice::health {
 
@@ -28,6 +29,12 @@ namespace {
 // hiredis's error for the context, or `fallback` when it has none.
 std::string error_of(const redisAsyncContext* ac, const char* fallback) {
   return ac->errstr[0] != '\0' ? lower_first(ac->errstr) : fallback;
+}
+
+// hiredis reports a failed socket() or connect() only as text (strerror,
+// maybe after "Can't create socket: "): such an error may be sluice's own.
+Probe::Verdict connect_verdict(const std::string& reason) {
+  return names_local_resource_error(reason) ? Probe::Verdict::local_error : Probe::Verdict::fail;
 }
 
 std::string reply_error(const redisReply* r) {
@@ -93,13 +100,13 @@ void RedisProbe::begin() {
   const std::string ip = format_ip(reinterpret_cast<const sockaddr*>(&target_.addr));
   redisAsyncContext* ac = redisAsyncConnect(ip.c_str(), target_.port);
   if (ac == nullptr) {
-    finish(false, "out of memory");
+    finish(Verdict::local_error, "out of memory");
     return;
   }
   if (ac->err != 0) {
     std::string reason = error_of(ac, "connect failed");
     redisAsyncFree(ac);
-    finish(false, reason);
+    finish(connect_verdict(reason), reason);
     return;
   }
   if (!attach(ac)) {
@@ -134,7 +141,8 @@ void RedisProbe::on_connect(const redisAsyncContext* ac, int status) {
   if (self == nullptr) return;
   // hiredis frees the context itself after this callback.
   self->ac_ = nullptr;
-  self->finish(false, error_of(ac, "connect failed"));
+  std::string reason = error_of(ac, "connect failed");
+  self->finish(connect_verdict(reason), std::move(reason));
 }
 
 void RedisProbe::on_disconnect(const redisAsyncContext* ac, int) {

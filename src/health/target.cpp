@@ -2,7 +2,10 @@
 
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "health/schedule.hpp"
+#include "log/rate_limited_warning.hpp"
 
 namespace sluice::health {
 
@@ -25,6 +28,8 @@ bool same_check(const HealthConfig& a, const HealthConfig& b) {
 }
 
 namespace {
+
+RateLimitedWarning g_local_warning;
 
 bool starts_up(const ServerState& state, const HealthConfig& config) {
   switch (state.active_state()) {
@@ -66,10 +71,20 @@ void Target::on_timer(uv_timer_t* t) { Timer::of(t)->owner->check(); }
 
 void Target::check() {
   check_started_ = Clock::now();
-  probe_->start([this](bool ok, std::string reason) { on_result(ok, std::move(reason)); });
+  probe_->start([this](Probe::Verdict verdict, std::string reason) { on_result(verdict, std::move(reason)); });
 }
 
-void Target::on_result(bool ok, std::string reason) {
+void Target::on_result(Probe::Verdict verdict, std::string reason) {
+  if (verdict == Probe::Verdict::local_error) {
+    // Not the server's doing: no pass, no failure, the streak as it was.
+    g_local_warning.warn(fmt::format("local resource error in the active check of upstream \"{}\" server {}: {} "
+                                     "(not counted for or against the server, which stays {})",
+                                     state_->upstream, state_->address.text, reason,
+                                     counter_.up() ? "up" : "down"));
+    schedule(next_delay(config_.interval, config_.jitter, owner_.uniform()));
+    return;
+  }
+  const bool ok = verdict == Probe::Verdict::pass;
   if (ok != counter_.up() && counter_.streak() == 0) streak_started_ = check_started_;
   if (const auto changed = counter_.record(ok)) {
     const auto detect = std::chrono::duration_cast<Duration>(Clock::now() - streak_started_);

@@ -38,7 +38,7 @@ class Target {
   using Timer = Handle<uv_timer_t, Target>;
   static void on_timer(uv_timer_t* t);
   void check();
-  void on_result(bool ok, std::string reason);
+  void on_result(Probe::Verdict verdict, std::string reason);
   void schedule(Duration delay);
   void part_closed();
 

@@ -1,7 +1,8 @@
 // health_probe: runs one active health check (or --repeat N checks, one
 // after another on the same probe) against one address and prints
-// "ok REASON" or "fail REASON" per check. Exit status 0 when every check
-// passed, 1 when one failed, 2 on bad usage, 3 when a handle was left open.
+// "ok REASON", "fail REASON" or "local REASON" (sluice's own resources ran
+// out) per check. Exit status 0 when every check passed, 1 when one did not,
+// 2 on bad usage, 3 when a handle was left open.
 // --cancel-after D closes the probe D into the first check instead (prints
 // "cancelled", exits 0): teardown with a check in flight.
 // For the integration tests; not installed.
@@ -93,8 +94,10 @@ struct Run {
 };
 
 void next_check(Run& run) {
-  run.probe->start([&run](bool ok, std::string reason) {
-    std::printf("%s %s\n", ok ? "ok" : "fail", reason.c_str());
+  run.probe->start([&run](health::Probe::Verdict verdict, std::string reason) {
+    const bool ok = verdict == health::Probe::Verdict::pass;
+    const char* word = ok ? "ok" : verdict == health::Probe::Verdict::local_error ? "local" : "fail";
+    std::printf("%s %s\n", word, reason.c_str());
     std::fflush(stdout);
     run.all_ok = run.all_ok && ok;
     if (--run.left > 0) {

@@ -3,12 +3,21 @@
 // stop() closes every handle (uv_loop_close succeeds).
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <uv.h>
 
+#include <cerrno>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "health/checker.hpp"
 #include "runtime/registry.hpp"
@@ -92,7 +101,105 @@ int dead_port(uv_loop_t* loop) {
   return port;
 }
 
+// This process out of descriptors while it lives: the soft limit lowered and
+// every free descriptor below it taken. Gives both back when destroyed.
+class FdExhaustion {
+ public:
+  FdExhaustion() {
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved_) == 0);
+    rlimit low = saved_;
+    low.rlim_cur = std::min<rlim_t>(saved_.rlim_cur, 256);
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    for (int fd; (fd = ::dup(STDERR_FILENO)) >= 0;) held_.push_back(fd);
+    REQUIRE(errno == EMFILE);
+  }
+  ~FdExhaustion() {
+    for (int fd : held_) ::close(fd);
+    ::setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+  FdExhaustion(const FdExhaustion&) = delete;
+  FdExhaustion& operator=(const FdExhaustion&) = delete;
+
+ private:
+  rlimit saved_{};
+  std::vector<int> held_;
+};
+
+// The error log (spdlog's default logger) into a string while it lives.
+class CapturedLog {
+ public:
+  CapturedLog() : before_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_, true);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(before_); }
+  CapturedLog(const CapturedLog&) = delete;
+  CapturedLog& operator=(const CapturedLog&) = delete;
+
+  std::size_t count(const std::string& needle) const {
+    const std::string text = out_.str();
+    std::size_t n = 0;
+    for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> before_;
+  std::ostringstream out_;
+};
+
 }  // namespace
+
+TEST_CASE("a check that fails for sluice's own lack of descriptors leaves the server as it was") {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  Registry registry;
+  CapturedLog log;
+  Listener live(&loop);
+  auto snap = Snapshot::build(config_with(server(live.port), true, HealthInitial::down), registry, 1);
+  ServerState& a = snap->find_upstream("pg")->server(0);
+  int downs = 0;
+  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState>, const HealthConfig&) { ++downs; });
+  checker.update(*snap);
+  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::up; }));
+
+  {
+    FdExhaustion exhausted;
+    // Every check fails at socket() with EMFILE, many times fall = 2: the
+    // server stays up, and the warning comes once per second, with the
+    // number held back.
+    const bool second_report = run_until(&loop, [&] {
+      return a.active_state() != ActiveState::up || log.count("more like it since the last report") > 0;
+    }, 5s);
+    CHECK(a.active_state() == ActiveState::up);
+    CHECK(a.status(Clock::now()).active_reason == "connected");
+    CHECK(downs == 0);
+    CHECK(second_report);
+    CHECK(log.count("local resource error in the active check of upstream \"pg\" server 127.0.0.1:") == 2);
+    CHECK(log.count("too many open files") == 2);
+  }
+  // Descriptors free again: the checks pass as before.
+  const std::size_t reports = log.count("local resource error");
+  REQUIRE(run_until(&loop, [&] { return a.status(Clock::now()).active_reason == "connected"; }));
+  CHECK(a.active_state() == ActiveState::up);
+  CHECK(log.count("local resource error") == reports);
+
+  // A down server is not brought up by local errors either.
+  live.close();
+  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::down; }));
+  CHECK(downs == 1);
+  {
+    FdExhaustion exhausted;
+    CHECK_FALSE(run_until(&loop, [&] { return a.active_state() != ActiveState::down; }, 300ms));
+    CHECK(a.status(Clock::now()).active_reason == "connection refused");
+  }
+
+  bool stopped = false;
+  checker.stop([&] { stopped = true; });
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(stopped);
+  CHECK(uv_loop_close(&loop) == 0);
+}
 
 TEST_CASE("active checks bring a server up after rise passes and down after fall failures") {
   uv_loop_t loop;

@@ -11,6 +11,7 @@
 #include "health/rise_fall.hpp"
 #include "health/schedule.hpp"
 #include "health/target.hpp"
+#include "sluice/local_error.hpp"
 
 using namespace sluice;
 using namespace sluice::health;
@@ -127,6 +128,20 @@ TEST_CASE("library errors read like ours") {
   CHECK(lower_first("Connection refused") == "connection refused");
   CHECK(lower_first("FATAL:  password authentication failed") == "FATAL:  password authentication failed");
   CHECK(lower_first("") == "");
+}
+
+TEST_CASE("libraries' connect errors that are sluice's own lack of resources") {
+  CHECK(names_local_resource_error("could not create socket: Too many open files"));      // libpq
+  CHECK(names_local_resource_error("can't create socket: Too many open files in system"));  // hiredis, lowered
+  CHECK(names_local_resource_error("Cannot assign requested address"));
+  CHECK(names_local_resource_error("cannot assign requested address"));
+  CHECK(names_local_resource_error("No buffer space available"));
+  CHECK_FALSE(names_local_resource_error("Connection refused"));
+  CHECK_FALSE(names_local_resource_error("could not create socket: Permission denied"));
+  // The server's own trouble, even when it names the same errno.
+  CHECK_FALSE(names_local_resource_error("FATAL:  out of memory"));
+  CHECK_FALSE(names_local_resource_error("could not fork new process for connection: Cannot allocate memory"));
+  CHECK_FALSE(names_local_resource_error(""));
 }
 
 TEST_CASE("redis roles: slave is a replica; reasons name what was wanted") {
