@@ -73,7 +73,7 @@ run_step() {  # name, command...
 
 unit_tests() {  # build dir, label
   local dir=$1 label=$2
-  for t in config balance preread runtime log health admin proxy; do
+  for t in config balance upstream preread runtime log health admin proxy; do
     run_step "$label unit $t" "$dir/tests/unit/$t/test_$t"
   done
 }
