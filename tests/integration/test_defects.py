@@ -172,6 +172,41 @@ def test_usr1_does_not_kill_a_running_sluice(sluice, backends):
 
 # --- 4. local resource errors do not mark healthy servers down ---------------
 
+LOCAL_WARNING_RX = r"local resource error while connecting .*not counted against the server"
+
+
+def exhaust_server_sockets(s, cap: int, held: list) -> None:
+    """Fills sluice (started with nofile_cap=cap, a listener "main" to banner
+    servers and a prereading listener "hold") with sessions kept open in
+    `held`, until a client is accepted but its server socket cannot be
+    opened. One descriptor is then left free: every new client on "main" is
+    accepted and fails with cause local_resource."""
+    # A proxied session holds two descriptors. With an odd number free, the
+    # last accept succeeds and the server socket cannot be opened: the error
+    # is ours. A prereading client holds one descriptor, so one of those
+    # makes the count odd.
+    # (One session first: libuv opens a descriptor of its own on the first
+    # accept.)
+    warm = s.connect("main")
+    assert harness.recv_line(warm) in (b"A", b"B")
+    warm.close()
+    s.wait_records(1)
+    if (cap - open_fds(s.pid)) % 2 == 0:
+        held.append(s.connect("hold"))
+        before = open_fds(s.pid)
+        harness.wait_until(lambda: open_fds(s.pid) == before + 1, timeout=5)
+    for _ in range(cap):
+        c = s.connect("main", timeout=5)
+        held.append(c)
+        c.settimeout(5)
+        try:
+            line = harness.recv_line(c)
+        except (AssertionError, OSError):
+            return  # closed by sluice: it could not open the server socket
+        assert line in (b"A", b"B")
+    raise AssertionError(f"{cap} sessions and the descriptors did not run out")
+
+
 def test_fd_exhaustion_is_ours_not_the_servers(sluice, backends):
     a = backends(harness.banner_handler, name="A")
     b = backends(harness.banner_handler, name="B")
@@ -182,35 +217,10 @@ def test_fd_exhaustion_is_ours_not_the_servers(sluice, backends):
                nofile_cap=cap)
     held = []
     try:
-        # A proxied session holds two descriptors. With an odd number free,
-        # the last accept succeeds and the server socket cannot be opened:
-        # the error is ours. A prereading client holds one descriptor, so one
-        # of those makes the count odd.
-        # (One session first: libuv opens a descriptor of its own on the
-        # first accept.)
-        warm = s.connect("main")
-        assert harness.recv_line(warm) in (b"A", b"B")
-        warm.close()
-        s.wait_records(1)
-        if (cap - open_fds(s.pid)) % 2 == 0:
-            held.append(s.connect("hold"))
-            before = open_fds(s.pid)
-            harness.wait_until(lambda: open_fds(s.pid) == before + 1, timeout=5)
-        local = 0
-        for _ in range(cap):
-            c = s.connect("main", timeout=5)
-            held.append(c)
-            c.settimeout(5)
-            try:
-                line = harness.recv_line(c)
-            except (AssertionError, OSError):
-                local += 1  # closed by sluice: it could not open the server socket
-                break
-            assert line in (b"A", b"B")
-        assert local == 1
+        exhaust_server_sockets(s, cap, held)
         recs = s.wait_records(1, pred=lambda r: r["cause"] == "local_resource")
         assert recs[0]["server"] != "-"
-        s.log.wait_for(r"local resource error while connecting .*not counted against the server")
+        s.log.wait_for(LOCAL_WARNING_RX)
     finally:
         for c in held:
             c.close()
@@ -227,6 +237,47 @@ def test_fd_exhaustion_is_ours_not_the_servers(sluice, backends):
     assert not s.log.matches(r"marked down"), "\n".join(l for l in s.log.lines if "marked down" in l)
     causes = {r["cause"] for r in s.access_records()}
     assert "no_server" not in causes
+
+
+def test_local_resource_warning_is_rate_limited(sluice, backends):
+    """Hundreds of local_resource failures in a few seconds: one warning line
+    per second, each later one saying how many were held back."""
+    a = backends(harness.banner_handler, name="A")
+    cap = 64
+    s = sluice([listener(tries=1),
+                listener("hold", None, preread="tls", default_upstream="up", preread_timeout="60s")],
+               {"up": upstream(a, max_fails=1, fail_timeout="60s")},
+               nofile_cap=cap)
+    held = []
+    t0 = time.monotonic()
+    try:
+        exhaust_server_sockets(s, cap, held)
+        failures = 1
+        storm = time.monotonic()
+        # Until the third line (two seconds on), about 200 failures a second.
+        while (len(s.log.matches(LOCAL_WARNING_RX)) < 3 and time.monotonic() - storm < 10
+               and failures < 5000):
+            c = s.connect("main", timeout=5)
+            try:
+                harness.wait_closed(c, timeout=5)
+            finally:
+                c.close()
+            failures += 1
+            time.sleep(0.005)
+        span = time.monotonic() - t0
+        s.wait_records(failures, pred=lambda r: r["cause"] == "local_resource")
+    finally:
+        for c in held:
+            c.close()
+    assert failures >= 100, f"only {failures} local failures"
+    lines = [m.string for m in s.log.matches(LOCAL_WARNING_RX)]
+    # One line at most per second of the span in which they all happened.
+    assert 2 <= len(lines) <= int(span) + 1, (span, failures, lines)
+    held_back = [int(m.group(1)) for m in s.log.matches(
+        LOCAL_WARNING_RX + r"\) \(and (\d+) more like it since the last report\)")]
+    assert len(held_back) == len(lines) - 1, lines
+    assert all(n >= 1 for n in held_back), lines
+    assert len(lines) + sum(held_back) <= failures
 
 
 def test_startup_warns_when_the_fd_limit_is_below_max_connections(sluice, backends):
@@ -341,21 +392,35 @@ def test_keepalive_is_on_for_both_legs_by_default(sluice, backends):
 
 
 def test_keepalive_can_be_tuned_or_turned_off(sluice, backends):
-    be = backends(harness.banner_handler, name="A")
-    s = sluice([listener("tuned", tcp_keepalive_idle="20s", tcp_keepalive_interval="5s",
+    a = backends(harness.banner_handler, name="A")
+    b = backends(harness.banner_handler, name="B")
+    s = sluice([listener("tuned", "up_a", tcp_keepalive_idle="20s", tcp_keepalive_interval="5s",
                          tcp_keepalive_count=3),
-                listener("off", tcp_keepalive=False)], {"up": upstream(be)})
-    t = s.connect("tuned")
+                listener("off", "up_b", tcp_keepalive=False)],
+               {"up_a": upstream(a), "up_b": upstream(b)})
+    # The "off" session first: it is the older one when the tuned server leg
+    # gets its keepalive below.
     o = s.connect("off")
+    assert harness.recv_line(o) == b"B"
+    t = s.connect("tuned")
     try:
         assert harness.recv_line(t) == b"A"
-        assert harness.recv_line(o) == b"A"
+        # The client legs: from the accept.
         rows = keepalive_timers(s.pid)
         tuned = [r for r in rows if r[0].endswith(f":{s.port('tuned')}")]
         off = [r for r in rows if r[0].endswith(f":{s.port('off')}")]
         assert len(tuned) == 1 and tuned[0][2], rows
         assert re.match(r"(1\d|20)(\.\d+)?sec", tuned[0][2]), tuned
         assert len(off) == 1 and off[0][2] == "", rows
+
+        # The server legs: once the session has lived 3 s.
+        def tuned_server_leg():
+            legs = [r for r in keepalive_timers(s.pid) if r[1].endswith(f":{a.port}")]
+            return legs if len(legs) == 1 and legs[0][2] else None
+        (leg,) = harness.wait_until(tuned_server_leg, timeout=10)
+        assert re.match(r"(1\d|20)(\.\d+)?sec", leg[2]), leg
+        off = [r for r in keepalive_timers(s.pid) if r[1].endswith(f":{b.port}")]
+        assert len(off) == 1 and off[0][2] == "", off
     finally:
         t.close()
         o.close()
