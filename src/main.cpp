@@ -48,7 +48,10 @@ int main(int argc, char** argv) {
   }
 
   // Not for -t: a check must stay easy to interrupt.
-  if (!test_only) sluice::Control::block_signals();
+  if (!test_only) {
+    sluice::Control::block_signals();
+    std::signal(SIGPIPE, SIG_IGN);  // before the logging thread may write to a closed pipe
+  }
   std::shared_ptr<const sluice::Config> config;
   try {
     config = std::make_shared<const sluice::Config>(sluice::load_config(path));
@@ -67,7 +70,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sluice: cannot open error_log \"%s\": %s\n", config->global.error_log.c_str(), e.what());
     return 1;
   }
-  std::signal(SIGPIPE, SIG_IGN);
   int status = 0;
   {
     sluice::Control control(path, std::move(config));
