@@ -2,10 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include "log/rate_limited_warning.hpp"
 #include "proxy/buffer_pool.hpp"
-#include "proxy/local_error.hpp"
 #include "proxy/session.hpp"
 #include "runtime/snapshot.hpp"
+#include "sluice/local_error.hpp"
 #include "upstream/upstream.hpp"
 
 namespace sluice {

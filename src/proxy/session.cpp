@@ -9,10 +9,10 @@
 #include <spdlog/spdlog.h>
 
 #include "log/access_log.hpp"
+#include "log/rate_limited_warning.hpp"
 #include "preread/postgres.hpp"
 #include "preread/proxy_protocol.hpp"
 #include "proxy/buffer_pool.hpp"
-#include "proxy/local_error.hpp"
 #include "proxy/postgres_stage.hpp"
 #include "proxy/proxy_header_stage.hpp"
 #include "proxy/socket_options.hpp"
@@ -21,6 +21,7 @@
 #include "runtime/snapshot.hpp"
 #include "sluice/address.hpp"
 #include "sluice/cidr.hpp"
+#include "sluice/local_error.hpp"
 #include "upstream/upstream.hpp"
 
 namespace sluice {
