@@ -5,7 +5,6 @@
 
 #include "health/match.hpp"
 #include "sluice/address.hpp"
-#include "sluice/local_error.hpp"
 
 namespace sluice::health {
 
@@ -179,8 +178,7 @@ void PostgresProbe::fail_with_libpq(const char* what) {
   const std::string reason = short_message(PQerrorMessage(conn_));
   // libpq reports a failed socket() or connect() only as text; until the
   // connection is up, such an error may be sluice's own.
-  const bool local = !connected_ && names_local_resource_error(reason);
-  finish(local ? Verdict::local_error : Verdict::fail, what + reason);
+  finish(connected_ ? Verdict::fail : failed_with_message(reason), what + reason);
 }
 
 }  // namespace sluice::health

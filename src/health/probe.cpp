@@ -59,6 +59,10 @@ Probe::Verdict Probe::failed_with(int uv_err) {
   return is_local_resource_error(uv_err) ? Verdict::local_error : Verdict::fail;
 }
 
+Probe::Verdict Probe::failed_with_message(std::string_view message) {
+  return names_local_resource_error(message) ? Verdict::local_error : Verdict::fail;
+}
+
 bool Probe::read_password(std::string& out) {
   out.clear();
   if (config_.password_file.empty()) return true;

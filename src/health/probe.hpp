@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "health/handles.hpp"
 #include "sluice/config.hpp"
@@ -61,6 +62,10 @@ class Probe {
   // The verdict of a check that failed with libuv's `uv_err` on socket() or
   // connect(): local_error when the error is sluice's own, else fail.
   static Verdict failed_with(int uv_err);
+  // The same for client libraries that report a failed socket() or connect()
+  // only as text (libpq, hiredis): local_error when `message` is one of
+  // those errors' texts (see names_local_resource_error), else fail.
+  static Verdict failed_with_message(std::string_view message);
   // The password from password_file (read at every check, so a rotated
   // secret needs no reload); "" when none is configured. When the file
   // cannot be read, fails the check and returns false.

@@ -5,7 +5,6 @@
 
 #include "health/match.hpp"
 #include "sluice/address.hpp"
-#include "sluice/local_error.hpp"
 
 namespace sluice::health {
 
@@ -29,12 +28,6 @@ namespace {
 // hiredis's error for the context, or `fallback` when it has none.
 std::string error_of(const redisAsyncContext* ac, const char* fallback) {
   return ac->errstr[0] != '\0' ? lower_first(ac->errstr) : fallback;
-}
-
-// hiredis reports a failed socket() or connect() only as text (strerror,
-// maybe after "Can't create socket: "): such an error may be sluice's own.
-Probe::Verdict connect_verdict(const std::string& reason) {
-  return names_local_resource_error(reason) ? Probe::Verdict::local_error : Probe::Verdict::fail;
 }
 
 std::string reply_error(const redisReply* r) {
@@ -106,7 +99,7 @@ void RedisProbe::begin() {
   if (ac->err != 0) {
     std::string reason = error_of(ac, "connect failed");
     redisAsyncFree(ac);
-    finish(connect_verdict(reason), reason);
+    finish(failed_with_message(reason), reason);
     return;
   }
   if (!attach(ac)) {
@@ -142,7 +135,7 @@ void RedisProbe::on_connect(const redisAsyncContext* ac, int status) {
   // hiredis frees the context itself after this callback.
   self->ac_ = nullptr;
   std::string reason = error_of(ac, "connect failed");
-  self->finish(connect_verdict(reason), std::move(reason));
+  self->finish(failed_with_message(reason), std::move(reason));
 }
 
 void RedisProbe::on_disconnect(const redisAsyncContext* ac, int) {
