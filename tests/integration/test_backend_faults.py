@@ -142,11 +142,14 @@ def test_a_very_slow_reader_is_not_cut_while_it_drains(sluice, backends):
 def test_a_refused_connect_moves_to_the_next_server_at_once(sluice, backends):
     good = backends(harness.banner_handler, name="good")
     refusing = f"127.0.0.1:{harness.dead_port()}"
-    # The refusing server's weight makes it the first choice every time, and
-    # with passive health off it stays so. A long connect_timeout shows that
-    # the move does not wait for it.
-    s = sluice([listener(connect_timeout="5s", tries=2)],
-               {"up": upstream(refusing, good, weights=[100, 1], max_fails=0)})
+    # The refusing server is the only primary, so it is the first choice
+    # every time (with passive health off it stays eligible), and the retry
+    # falls to the backup. (Weights alone would not do: least_conn's tie
+    # rotation hands an idle lighter server a first pick now and then.) A
+    # long connect_timeout shows that the move does not wait for it.
+    up = upstream(refusing, good, max_fails=0)
+    up["servers"][1]["backup"] = True
+    s = sluice([listener(connect_timeout="5s", tries=2)], {"up": up})
     n = 5
     for i in range(n):
         t0 = time.monotonic()
