@@ -545,6 +545,7 @@ void Session::on_pump_eof(Pump& p) {
   if (!half_closed_) {
     half_closed_ = true;
     client_fin_first_ = p.src_is_client;
+    touch();  // the FIN is activity: fin_timeout counts from it, not from the last byte before it
     arm_timer();
   }
 }

@@ -63,6 +63,29 @@ def test_fin_timeout_does_not_cut_a_reply_that_is_still_flowing(sluice, backends
     assert rec["bytes_out"] == "15"
 
 
+def test_fin_timeout_counts_from_the_fin_after_a_quiet_session(sluice, backends):
+    # A pooled connection that sat idle longer than fin_timeout and is then
+    # half-closed: the reply that follows the FIN must still come through.
+    def reply_after_fin(backend, conn):
+        while conn.recv(4096):
+            pass
+        time.sleep(0.4)
+        conn.sendall(b"goodbye")
+    be = backends(reply_after_fin)
+    s = sluice([listener(fin_timeout="1s")], {"up": upstream(be)})
+    c = s.connect(timeout=10)
+    try:
+        c.sendall(b"request")
+        time.sleep(1.6)  # quiet for longer than fin_timeout, before any FIN
+        c.shutdown(socket.SHUT_WR)
+        got = harness.recv_all(c)
+    finally:
+        c.close()
+    assert got == b"goodbye", got
+    (rec,) = s.wait_records(1)
+    assert rec["cause"] == "client_closed", rec
+
+
 def test_fin_timeout_still_ends_a_half_closed_session_that_goes_quiet(sluice, backends):
     def silent(backend, conn):
         while conn.recv(4096):
