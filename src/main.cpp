@@ -16,11 +16,11 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: sluice [-t] [-c FILE]\n"
-    "  -c FILE      configuration file (default /etc/sluice/sluice.toml)\n"
-    "  -t           check the configuration file and exit (0 valid, 1 invalid)\n"
-    "  --version    print the version and exit\n"
-    "  -h, --help   this help\n"
+    "usage: sluice [-t] [-c FILE | FILE]\n"
+    "  -c, --config FILE  configuration file (default /etc/sluice/sluice.toml)\n"
+    "  -t, --test         check the configuration file and exit (0 valid, 1 invalid)\n"
+    "  --version          print the version and exit\n"
+    "  -h, --help         this help\n"
     "signals: SIGTERM/SIGINT stop gracefully (a second one closes every session at once),\n"
     "         SIGHUP reloads the configuration file, SIGUSR1 reopens log files\n";
 
@@ -29,11 +29,16 @@ constexpr const char* kUsage =
 int main(int argc, char** argv) {
   std::string path = "/etc/sluice/sluice.toml";
   bool test_only = false;
+  bool have_path = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "-c" && i + 1 < argc) {
+    if ((a == "-c" || a == "--config") && i + 1 < argc && !have_path) {
       path = argv[++i];
-    } else if (a == "-t") {
+      have_path = true;
+    } else if (!a.empty() && a[0] != '-' && !have_path) {
+      path = a;  // `sluice -t FILE`, as well as `-c FILE`
+      have_path = true;
+    } else if (a == "-t" || a == "--test") {
       test_only = true;
     } else if (a == "--version" || a == "-v") {
       std::printf("sluice %s\n", SLUICE_VERSION);

@@ -156,3 +156,17 @@ def test_version_and_help():
     assert res.returncode == 0
     out = (res.stdout + res.stderr).decode()
     assert "-c" in out and "-t" in out
+
+
+def test_the_file_may_be_named_without_c_and_with_long_options(tmp_path):
+    good = write(tmp_path, GOOD)
+    bad = write(tmp_path, GOOD.replace("tries = 2", "tries = 0"), name="bad.toml")
+    for args in (["-t", str(good)], [str(good), "-t"], ["--test", "--config", str(good)]):
+        res = subprocess.run([str(harness.sluice_bin()), *args], capture_output=True, timeout=10)
+        assert res.returncode == 0, (args, res.stderr.decode())
+    res = subprocess.run([str(harness.sluice_bin()), "-t", str(bad)], capture_output=True, timeout=10)
+    assert res.returncode == 1, res.stderr.decode()
+    assert err_lines(res)[0].startswith(f"{bad}:"), err_lines(res)
+    # Two files are one too many: nothing is guessed.
+    res = subprocess.run([str(harness.sluice_bin()), "-t", str(good), str(bad)], capture_output=True, timeout=10)
+    assert res.returncode == 2, res.stderr.decode()
