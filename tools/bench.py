@@ -294,6 +294,10 @@ def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", splic
         f'listen = "127.0.0.1:{listen_port}"',
         f'connect_timeout = "{CONNECT_TIMEOUT_S}s"',
         f'idle_timeout = "{IDLE_TIMEOUT_S}s"',
+        # HAProxy and nginx leave TCP keepalive off unless asked; sluice
+        # turns it on by default, which costs four setsockopt calls per
+        # server connection. Measured like for like.
+        "tcp_keepalive = false",
     ]
     if splice:
         out.append(f'splice = "{splice}"')

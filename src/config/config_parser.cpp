@@ -453,6 +453,10 @@ class Parser {
 
   // Linux takes keepalive times in whole seconds, at most 32767 (TCP_KEEPIDLE, TCP_KEEPINTVL).
   static Duration keepalive_seconds(const TableReader& r, std::string_view key, Duration fallback) {
+    // A plain integer is seconds, as in nginx's so_keepalive=IDLE:INTVL:CNT.
+    if (const toml::node* n = r.get(key); n != nullptr && n->is_integer()) {
+      return std::chrono::seconds(*r.integer(key, 1, 32767));
+    }
     const auto v = r.duration(key, true);
     if (!v) return fallback;
     if (*v < std::chrono::seconds(1) || *v > std::chrono::seconds(32767) || v->count() % 1000 != 0) {

@@ -5,6 +5,7 @@
 #include "log/rate_limited_warning.hpp"
 #include "proxy/buffer_pool.hpp"
 #include "proxy/session.hpp"
+#include "proxy/socket_options.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/local_error.hpp"
 #include "upstream/upstream.hpp"
@@ -72,6 +73,14 @@ void Connector::attempt() {
     give_back_request();
     failed(is_local_resource_error(r) ? ConnectResult::local_error : ConnectResult::failed, r);
     return;
+  }
+  // The server leg's keepalive, set as the socket is made so that a server
+  // host that vanishes is found after tcp_keepalive_idle whatever the
+  // session's age. (A new socket has SO_KEEPALIVE off: nothing to do when
+  // the listener turns it off.)
+  if (lc.tcp_keepalive) {
+    uv_os_fd_t fd = -1;
+    if (uv_fileno(reinterpret_cast<const uv_handle_t*>(tcp), &fd) == 0) set_keepalive(fd, lc);
   }
   // Reading the server starts with the connect: libuv delivers nothing before
   // the connect callback, and epoll then only has to drop POLLOUT instead of

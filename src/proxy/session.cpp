@@ -15,7 +15,6 @@
 #include "proxy/buffer_pool.hpp"
 #include "proxy/postgres_stage.hpp"
 #include "proxy/proxy_header_stage.hpp"
-#include "proxy/socket_options.hpp"
 #include "proxy/splice.hpp"
 #include "proxy/tls_stage.hpp"
 #include "runtime/snapshot.hpp"
@@ -377,10 +376,6 @@ void Session::close_server_for_retry() {
 void Session::on_connected() {
   connected_ms_ = uv_now(host_.loop());
   connected_ = true;
-  // The server leg's keepalive is set once the session has lived a while:
-  // four setsockopt calls that most short sessions never need. A dead peer
-  // is then found at most kServerKeepaliveDelayMs later.
-  if (lv_.config->tcp_keepalive) keepalive_at_ms_ = connected_ms_ + kServerKeepaliveDelayMs;
   if (const Duration every = snapshot_->config->global.log_interval; every.count() > 0) {
     interim_at_ms_ = start_ms_ + ms(every);
   }
@@ -599,7 +594,6 @@ void Session::arm_timer() {
       break;
     case State::proxying:
       if (splice_wanted_ && splice_ready()) consider(uv_now(host_.loop()));
-      consider(keepalive_at_ms_);
       consider(interim_at_ms_);
       if (lc.max_lifetime.count() > 0) consider(start_ms_ + ms(lc.max_lifetime));
       if (recheck_ms_ != 0) {
@@ -660,11 +654,6 @@ void Session::on_timer() {
       if (interim_at_ms_ != 0 && now >= interim_at_ms_) {
         interim_at_ms_ = now + ms(snapshot_->config->global.log_interval);
         if (snapshot_->access_log->enabled()) write_access_record(true);
-      }
-      if (keepalive_at_ms_ != 0 && now >= keepalive_at_ms_) {
-        keepalive_at_ms_ = 0;
-        uv_os_fd_t fd = -1;
-        if (server_open_ && uv_fileno(as_handle(&server_), &fd) == 0) set_keepalive(fd, lc);
       }
       if (lc.max_lifetime.count() > 0 && now >= start_ms_ + ms(lc.max_lifetime)) {
         finish(Cause::max_lifetime);

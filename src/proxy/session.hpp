@@ -161,11 +161,9 @@ class Session {
   std::uint64_t start_ms_ = 0;
   std::uint64_t connected_ms_ = 0;
   std::uint64_t interim_at_ms_ = 0;     // next interim access record (log_interval); 0 = off
-  std::uint64_t keepalive_at_ms_ = 0;  // when to turn on the server leg's keepalive; 0 = done or off
   std::uint64_t last_activity_ms_ = 0;
   std::uint64_t close_at_ms_ = 0;   // scheduled end (drain); 0 = none
   static constexpr std::uint32_t kUnsampled = 0xffffffff;
-  static constexpr std::uint64_t kServerKeepaliveDelayMs = 3000;
   std::uint32_t outq_client_ = kUnsampled;  // kernel send queues seen by the last idle check
   std::uint32_t outq_server_ = kUnsampled;
   std::uint64_t recheck_ms_ = 0;            // a second look at the send queues; 0 = none

@@ -397,13 +397,11 @@ def test_keepalive_is_on_for_both_legs_by_default(sluice, backends):
     c = s.connect()
     try:
         assert harness.recv_line(c) == b"A"
-        # The server leg gets its keepalive once the session has lived 3 s
-        # (short sessions skip the four system calls).
-        def both_legs():
-            rows = keepalive_timers(s.pid)
-            legs = [r for r in rows if r[0].endswith(f":{s.port()}") or r[1].endswith(f":{be.port}")]
-            return legs if len(legs) == 2 and all(t for _, _, t in legs) else None
-        legs = harness.wait_until(both_legs, timeout=8)
+        # Both legs from the start: the client's from the accept, the
+        # server's from the connect (the banner came through it).
+        rows = keepalive_timers(s.pid)
+        legs = [r for r in rows if r[0].endswith(f":{s.port()}") or r[1].endswith(f":{be.port}")]
+        assert len(legs) == 2, rows
         for local, peer, timer in legs:
             assert timer, f"no keepalive timer on {local} -> {peer}"
             secs = float(re.match(r"([\d.]+)(min|sec|ms)", timer).group(1))
@@ -421,8 +419,6 @@ def test_keepalive_can_be_tuned_or_turned_off(sluice, backends):
                          tcp_keepalive_count=3),
                 listener("off", "up_b", tcp_keepalive=False)],
                {"up_a": upstream(a), "up_b": upstream(b)})
-    # The "off" session first: it is the older one when the tuned server leg
-    # gets its keepalive below.
     o = s.connect("off")
     assert harness.recv_line(o) == b"B"
     t = s.connect("tuned")
@@ -436,11 +432,10 @@ def test_keepalive_can_be_tuned_or_turned_off(sluice, backends):
         assert re.match(r"(1\d|20)(\.\d+)?sec", tuned[0][2]), tuned
         assert len(off) == 1 and off[0][2] == "", rows
 
-        # The server legs: once the session has lived 3 s.
-        def tuned_server_leg():
-            legs = [r for r in keepalive_timers(s.pid) if r[1].endswith(f":{a.port}")]
-            return legs if len(legs) == 1 and legs[0][2] else None
-        (leg,) = harness.wait_until(tuned_server_leg, timeout=10)
+        # The server legs: from the connect.
+        legs = [r for r in keepalive_timers(s.pid) if r[1].endswith(f":{a.port}")]
+        assert len(legs) == 1 and legs[0][2], legs
+        (leg,) = legs
         assert re.match(r"(1\d|20)(\.\d+)?sec", leg[2]), leg
         off = [r for r in keepalive_timers(s.pid) if r[1].endswith(f":{b.port}")]
         assert len(off) == 1 and off[0][2] == "", off

@@ -33,8 +33,9 @@ TEST_CASE("[[listener]]: tcp keepalive") {
       listener_case("tcp_keepalive_idle = \"1500ms\"\n", at5(22) + "tcp_keepalive_idle " + kWhole + "\"1500ms\""),
       listener_case("tcp_keepalive_interval = \"0s\"\n", at5(26) + "tcp_keepalive_interval " + kWhole + "\"0s\""),
       listener_case("tcp_keepalive_interval = \"10h\"\n", at5(26) + "tcp_keepalive_interval " + kWhole + "\"10h\""),
-      listener_case("tcp_keepalive_idle = 60\n",
-                    at5(22) + "tcp_keepalive_idle must be a duration string like \"3s\", got integer 60"),
+      listener_case("tcp_keepalive_idle = 0\n", at5(22) + "tcp_keepalive_idle must be 1..32767, got 0"),
+      listener_case("tcp_keepalive_interval = 40000\n",
+                    at5(26) + "tcp_keepalive_interval must be 1..32767, got 40000"),
       listener_case("tcp_keepalive_count = 0\n", at5(23) + "tcp_keepalive_count must be 1..127, got 0"),
       listener_case("tcp_keepalive_count = 128\n", at5(23) + "tcp_keepalive_count must be 1..127, got 128"),
   });
@@ -50,6 +51,11 @@ TEST_CASE("[[listener]]: tcp keepalive") {
   CHECK(c.tcp_keepalive_idle == 120s);
   CHECK(c.tcp_keepalive_interval == 1s);
   CHECK(c.tcp_keepalive_count == 127);
+  // Integers are seconds.
+  const auto n = sluice::parse_config(kL + "tcp_keepalive_idle = 30\ntcp_keepalive_interval = 5\n" + kUpstreamU, "x.toml")
+                     .listeners[0];
+  CHECK(n.tcp_keepalive_idle == 30s);
+  CHECK(n.tcp_keepalive_interval == 5s);
   CHECK(sluice::parse_config(kL + "tcp_keepalive_idle = \"32767s\"\n" + kUpstreamU, "x.toml")
             .listeners[0]
             .tcp_keepalive_idle == 32767s);
