@@ -251,7 +251,8 @@ void Worker::on_acceptable(uv_poll_t* p, int status, int /*events*/) {
     } else if (l->episode) {
       l->episode = false;
       l->backoff_ms = kFirstBackoffMs;
-      spdlog::info("worker {}: listener \"{}\": accepting again after {} ms ({} accept(s) failed for lack of "
+      // The episode's one line was its start; the end is for debugging.
+      spdlog::debug("worker {}: listener \"{}\": accepting again after {} ms ({} accept(s) failed for lack of "
                    "descriptors or memory)",
                    w->id_, l->name(), uv_now(&w->loop_) - l->episode_start_ms, l->failed_accepts);
       l->failed_accepts = 0;
