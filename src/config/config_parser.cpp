@@ -303,10 +303,7 @@ class Parser {
       }
       u.hash_balance_factor = f;
     }
-    if (auto v = r.choice<AllDown>("all_down",
-                                   {{"fail_closed", AllDown::fail_closed}, {"fail_open", AllDown::fail_open}})) {
-      u.all_down = *v;
-    }
+    if (auto v = all_down_of(r)) u.all_down = *v;
     if (auto v = r.choice<ProxyProtocol>(
             "proxy_protocol", {{"none", ProxyProtocol::none}, {"v1", ProxyProtocol::v1}, {"v2", ProxyProtocol::v2}})) {
       u.proxy_protocol = *v;
@@ -349,8 +346,21 @@ class Parser {
       if (health_table == nullptr) r.fail_type("health", *health, "a table ([upstream.NAME.health])");
       u.health = config_detail::parse_health(*health_table, context + " health", path_);
       u.health->send_proxy = u.proxy_protocol;
+      // all_down is the upstream's, but it is read where the checks are set
+      // up too: both places mean the same, and they must not disagree.
+      const TableReader h(*health_table, context + " health", path_);
+      if (auto v = all_down_of(h)) {
+        if (r.has("all_down") && *v != u.all_down) {
+          h.fail(*h.get("all_down"), "all_down is also set for " + context + " outside its health table, with another value");
+        }
+        u.all_down = *v;
+      }
     }
     return u;
+  }
+
+  static std::optional<AllDown> all_down_of(const TableReader& r) {
+    return r.choice<AllDown>("all_down", {{"fail_closed", AllDown::fail_closed}, {"fail_open", AllDown::fail_open}});
   }
 
   ListenerConfig parse_listener(const toml::table& table, std::size_t index, const Config& config) {

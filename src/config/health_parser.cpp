@@ -22,8 +22,10 @@ struct TypeKeys {
   std::vector<std::string_view> keys;
 };
 
-const std::vector<std::string_view> kCommonKeys = {"type",    "interval", "timeout", "rise",    "fall",
-                                                   "jitter",  "port",     "initial", "on_down", "slow_start"};
+// all_down is the upstream's (config_parser.cpp reads it); it is allowed here too.
+const std::vector<std::string_view> kCommonKeys = {"type",    "interval", "timeout", "rise",       "fall",
+                                                   "jitter",  "port",     "initial", "on_down",    "slow_start",
+                                                   "all_down"};
 
 const std::array<TypeKeys, 5> kTypes = {{
     {"tcp", HealthType::tcp, {}},

@@ -178,7 +178,7 @@ void PostgresProbe::fail_with_libpq(const char* what) {
   const std::string reason = short_message(PQerrorMessage(conn_));
   // libpq reports a failed socket() or connect() only as text; until the
   // connection is up, such an error may be sluice's own.
-  finish(connected_ ? Verdict::fail : failed_with_message(reason), what + reason);
+  finish(connected_ ? Verdict::fail : failed_with_message(reason), connected_ ? what + reason : connect_reason(what + reason));
 }
 
 }  // namespace sluice::health

@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -61,6 +62,21 @@ Probe::Verdict Probe::failed_with(int uv_err) {
 
 Probe::Verdict Probe::failed_with_message(std::string_view message) {
   return names_local_resource_error(message) ? Verdict::local_error : Verdict::fail;
+}
+
+std::string Probe::connect_reason(int uv_err) {
+  if (uv_err == UV_ECONNREFUSED) return "connect refused";
+  if (uv_err == UV_ETIMEDOUT) return "connect timed out";
+  return std::string("connect failed: ") + uv_strerror(uv_err);
+}
+
+std::string Probe::connect_reason(std::string message) {
+  // libpq says "... failed: Connection refused", hiredis "Connection refused".
+  std::string lower = message;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "connection refused") return "connect refused";
+  if (lower.find("connection refused") != std::string::npos) return "connect refused: " + message;
+  return message;
 }
 
 bool Probe::read_password(std::string& out) {

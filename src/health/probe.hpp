@@ -66,6 +66,12 @@ class Probe {
   // only as text (libpq, hiredis): local_error when `message` is one of
   // those errors' texts (see names_local_resource_error), else fail.
   static Verdict failed_with_message(std::string_view message);
+  // The reason logged for a connect that failed with libuv's `uv_err`:
+  // "connect refused", "connect timed out", else "connect failed: TEXT".
+  static std::string connect_reason(int uv_err);
+  // The same for a client library's message: "connect refused: MESSAGE"
+  // when it says so, else the message.
+  static std::string connect_reason(std::string message);
   // The password from password_file (read at every check, so a rotated
   // secret needs no reload); "" when none is configured. When the file
   // cannot be read, fails the check and returns false.

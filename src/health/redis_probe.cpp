@@ -135,7 +135,8 @@ void RedisProbe::on_connect(const redisAsyncContext* ac, int status) {
   // hiredis frees the context itself after this callback.
   self->ac_ = nullptr;
   std::string reason = error_of(ac, "connect failed");
-  self->finish(failed_with_message(reason), std::move(reason));
+  const Verdict verdict = failed_with_message(reason);
+  self->finish(verdict, connect_reason(std::move(reason)));
 }
 
 void RedisProbe::on_disconnect(const redisAsyncContext* ac, int) {

@@ -19,11 +19,13 @@ inline Duration first_delay(Duration interval, double jitter, double u) {
   return Duration(static_cast<Duration::rep>(std::floor(span * std::clamp(u, 0.0, 1.0))));
 }
 
-// Every later pause: interval +- interval * jitter, never negative.
+// Every later pause: interval minus up to interval * jitter. Jitter only
+// shortens a pause, so the detection bounds in `fall x interval` and
+// `rise x interval` hold whatever its value.
 inline Duration next_delay(Duration interval, double jitter, double u) {
   const double base = static_cast<double>(interval.count());
-  const double spread = base * std::clamp(jitter, 0.0, 1.0) * (2.0 * std::clamp(u, 0.0, 1.0) - 1.0);
-  return Duration(static_cast<Duration::rep>(std::max(0.0, std::round(base + spread))));
+  const double cut = base * std::clamp(jitter, 0.0, 1.0) * std::clamp(u, 0.0, 1.0);
+  return Duration(static_cast<Duration::rep>(std::max(0.0, std::round(base - cut))));
 }
 
 }  // namespace sluice::health

@@ -15,7 +15,7 @@ void StreamProbe::begin() {
   conn_->write.data = conn_;
   const int rc = uv_tcp_connect(&conn_->connect, &conn_->uv, reinterpret_cast<const sockaddr*>(&target_.addr),
                                 &StreamProbe::on_connect);
-  if (rc < 0) finish(failed_with(rc), uv_strerror(rc));
+  if (rc < 0) finish(failed_with(rc), connect_reason(rc));
 }
 
 void StreamProbe::abort() {
@@ -36,7 +36,7 @@ void StreamProbe::on_connect(uv_connect_t* req, int status) {
   StreamProbe* self = live(static_cast<Conn*>(req->data));
   if (self == nullptr) return;
   if (status < 0) {
-    self->finish(failed_with(status), uv_strerror(status));
+    self->finish(failed_with(status), connect_reason(status));
     return;
   }
   const int rc = uv_read_start(reinterpret_cast<uv_stream_t*>(&self->conn_->uv), &StreamProbe::on_alloc,

@@ -65,8 +65,8 @@ PassiveHealth::Transition PassiveHealth::on_failure(TimePoint now, std::string_v
       down_until_ = now + fail_timeout_;
       t.changed = true;
       t.now_up = false;
-      t.reason = std::to_string(fails_) + (fails_ == 1 ? " failed connect" : " failed connects") +
-                 " within " + format_duration(fail_timeout_) + ", last: " + std::string(error);
+      t.reason = std::to_string(fails_) + (fails_ == 1 ? " passive failure" : " passive failures") +
+                 " (failed connects) within " + format_duration(fail_timeout_) + ", last: " + std::string(error);
       t.detect = duration_cast<Duration>(now - window_start_);
       return t;
     }

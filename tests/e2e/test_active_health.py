@@ -162,7 +162,7 @@ def test_tcp_check_detects_down_and_up_within_the_bounds(sluice, backends):
     s = sluice([listener()], {"up": upstream(a, b, health=TCP, max_fails=0)})
     assert {banner_of(s) for _ in range(6)} == {b"A", b"B"}
     # B's port refuses: each failing check ends at once.
-    down_within_bound(s, TCP, b.address, "connection refused", b.stop)
+    down_within_bound(s, TCP, b.address, "connect refused", b.stop)
     before = len(s.access_records())
     for _ in range(10):
         assert banner_of(s) == b"A"

@@ -155,7 +155,7 @@ def silent(backends):
 def test_tcp_connect_and_refused(backends):
     b = backends(closing_handler)
     assert ok(b.address, "--type", "tcp") == "connected"
-    assert fail(f"127.0.0.1:{harness.dead_port()}", "--type", "tcp") == "connection refused"
+    assert fail(f"127.0.0.1:{harness.dead_port()}", "--type", "tcp") == "connect refused"
 
 
 def test_tcp_on_ipv6_loopback(backends):
@@ -172,7 +172,7 @@ def test_port_probes_another_port_of_the_same_host(backends):
     b = backends(http_handler(200))
     dead = harness.dead_port()
     assert ok(f"127.0.0.1:{dead}", "--type", "http", "--port", str(b.port)) == "HTTP 200"
-    assert fail(b.address, "--type", "tcp", "--port", str(dead)) == "connection refused"
+    assert fail(b.address, "--type", "tcp", "--port", str(dead)) == "connect refused"
 
 
 def test_repeated_checks_reuse_the_probe(backends):
@@ -334,7 +334,7 @@ def test_redis_auth_from_password_file(redis_pair, tmp_path):
 
 
 def test_redis_refused_and_silent(silent):
-    assert fail(f"127.0.0.1:{harness.dead_port()}", "--type", "redis") == "connection refused"
+    assert fail(f"127.0.0.1:{harness.dead_port()}", "--type", "redis") == "connect refused"
     r = probe(silent.address, "--type", "redis", "--timeout", "500ms")
     assert r.rc == 1 and r.line == "fail timeout after 500ms", r
     assert 0.45 <= r.elapsed < 0.5 + SLACK, r
@@ -424,7 +424,7 @@ def test_postgres_roles_and_promotion(pg_primary_standby, tmp_path):
     harness.wait_until(lambda: probe(standby.address, *pg_args(tmp_path, "primary")).rc == 0,
                        timeout=30, interval=0.2, what="the promoted standby to answer as a primary")
     primary.stop()
-    assert fail(primary.address, *pg_args(tmp_path, "primary")) == "connection refused"
+    assert fail(primary.address, *pg_args(tmp_path, "primary")) == "connect refused"
 
 
 def test_postgres_silent_server_fails_at_the_timeout(silent, tmp_path):

@@ -16,7 +16,7 @@ namespace {
 
 // The health table's own lines start at line 4.
 const std::string kHead = "[upstream.u]\nservers = [{ address = \"127.0.0.1:9001\" }]\n[upstream.u.health]\n";
-const std::string kCommon = "type, interval, timeout, rise, fall, jitter, port, initial, on_down, slow_start";
+const std::string kCommon = "type, interval, timeout, rise, fall, jitter, port, initial, on_down, slow_start, all_down";
 
 // One bad health table: its lines after the type line, and where the loader
 // points and what it says after "upstream \"u\" health: ".
@@ -85,6 +85,21 @@ TEST_CASE("health: common keys") {
       {"on_down = \"close\"\n", 4, 11, "on_down must be one of keep|close_sessions, got \"close\""},
       {"slow_start = \"fast\"\n", 4, 14, "slow_start " + like + "\"fast\""},
   });
+}
+
+TEST_CASE("health: all_down may be written in the health table, and must then agree") {
+  check_health_cases("", {
+      {"all_down = \"open\"\n", 4, 12, "all_down must be one of fail_closed|fail_open, got \"open\""},
+  });
+  const auto in_health = sluice::parse_config(kHead + "all_down = \"fail_open\"\n" + kListenerL, "x.toml");
+  CHECK(in_health.upstreams.at("u").all_down == sluice::AllDown::fail_open);
+  const std::string both = "[upstream.u]\nall_down = \"fail_closed\"\nservers = [{ address = \"127.0.0.1:9001\" }]\n"
+                           "[upstream.u.health]\nall_down = \"fail_open\"\n" + kListenerL;
+  check_cases({{both, "x.toml:5:12: upstream \"u\" health: all_down is also set for upstream \"u\" outside its "
+                      "health table, with another value"}});
+  const std::string same = "[upstream.u]\nall_down = \"fail_open\"\nservers = [{ address = \"127.0.0.1:9001\" }]\n"
+                           "[upstream.u.health]\nall_down = \"fail_open\"\n" + kListenerL;
+  CHECK(sluice::parse_config(same, "x.toml").upstreams.at("u").all_down == sluice::AllDown::fail_open);
 }
 
 TEST_CASE("health: http") {

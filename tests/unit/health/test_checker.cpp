@@ -191,7 +191,7 @@ TEST_CASE("a check that fails for sluice's own lack of descriptors leaves the se
   {
     FdExhaustion exhausted;
     CHECK_FALSE(run_until(&loop, [&] { return a.active_state() != ActiveState::down; }, 300ms));
-    CHECK(a.status(Clock::now()).active_reason == "connection refused");
+    CHECK(a.status(Clock::now()).active_reason == "connect refused");
   }
 
   bool stopped = false;
@@ -230,7 +230,7 @@ TEST_CASE("active checks bring a server up after rise passes and down after fall
   REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::up; }));
   CHECK(a.status(Clock::now()).active_reason == "connected");
   // The dead port never passes: it stays down, and its status says why.
-  REQUIRE(run_until(&loop, [&] { return b.status(Clock::now()).active_reason == "connection refused"; }));
+  REQUIRE(run_until(&loop, [&] { return b.status(Clock::now()).active_reason == "connect refused"; }));
   CHECK(b.active_state() == ActiveState::down);
 
   // A reload with the same servers keeps the checks (and their state).
@@ -243,7 +243,7 @@ TEST_CASE("active checks bring a server up after rise passes and down after fall
   // The listener goes away: fall failures take the server down, once.
   live->close();
   REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::down; }));
-  CHECK(a.status(Clock::now()).active_reason == "connection refused");
+  CHECK(a.status(Clock::now()).active_reason == "connect refused");
   CHECK(downs == 1);
 
   // A reload without the health table: no checks, and nobody stays down.

@@ -44,7 +44,7 @@ TEST_CASE("passive health: max_fails = 1 marks down on the first failure") {
   const auto t = h.on_failure(t0, "connection refused");
   CHECK(t.changed);
   CHECK_FALSE(t.now_up);
-  CHECK(t.reason == "1 failed connect within 10s, last: connection refused");
+  CHECK(t.reason == "1 passive failure (failed connects) within 10s, last: connection refused");
   CHECK(t.detect == 0ms);  // the first failure decided it
   CHECK(h.state() == State::down);
   CHECK_FALSE(h.eligible(t0));
@@ -62,7 +62,7 @@ TEST_CASE("passive health: max_fails failures within fail_timeout") {
   const auto t = h.on_failure(t0 + 9999ms, "connect timed out");
   CHECK(t.changed);
   CHECK_FALSE(t.now_up);
-  CHECK(t.reason == "3 failed connects within 10s, last: connect timed out");
+  CHECK(t.reason == "3 passive failures (failed connects) within 10s, last: connect timed out");
   CHECK(t.detect == 9999ms);  // from the window's first failure
   CHECK_FALSE(h.eligible(t0 + 9999ms));
   // Down for fail_timeout from the failure that tipped it over.
@@ -80,7 +80,7 @@ TEST_CASE("passive health: a failure after the window restarts the count at 1") 
   CHECK(h.state() == State::up);
   const auto t = h.on_failure(t0 + 400ms, "connection reset by peer");
   CHECK(t.changed);
-  CHECK(t.reason == "2 failed connects within 250ms, last: connection reset by peer");
+  CHECK(t.reason == "2 passive failures (failed connects) within 250ms, last: connection reset by peer");
   CHECK(t.detect == 150ms);  // the window restarted at t0 + 250ms
   CHECK(h.fails() == 2);
 }

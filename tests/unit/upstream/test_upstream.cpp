@@ -73,7 +73,7 @@ TEST_CASE("ServerState: each transition is logged once, with the reason") {
   CHECK(s.total_failures == 3);
   CHECK(log.text() ==
         "warning upstream \"pg\" server 127.0.0.1:5432 marked down: "
-        "2 failed connects within 10s, last: connection refused (detected in 1s)\n");
+        "2 passive failures (failed connects) within 10s, last: connection refused (detected in 1s)\n");
 
   CHECK(s.eligible(t0 + 11s));
   s.on_selected(t0 + 11s);
@@ -83,7 +83,7 @@ TEST_CASE("ServerState: each transition is logged once, with the reason") {
   CHECK(s.eligible(t0 + 11500ms));
   CHECK(log.text() ==
         "warning upstream \"pg\" server 127.0.0.1:5432 marked down: "
-        "2 failed connects within 10s, last: connection refused (detected in 1s)\n"
+        "2 passive failures (failed connects) within 10s, last: connection refused (detected in 1s)\n"
         "info upstream \"pg\" server 127.0.0.1:5432 is up again: "
         "trial connection succeeded after being down for 10.5s (detected in 500ms)\n");
 }
@@ -94,7 +94,7 @@ TEST_CASE("ServerState: a timeout with no message gets a default reason") {
   s.report(ConnectResult::timed_out, "", t0);
   CHECK(log.text() ==
         "warning upstream \"pg\" server 127.0.0.1:5432 marked down: "
-        "1 failed connect within 10s, last: connect timed out (detected in 0s)\n");
+        "1 passive failure (failed connects) within 10s, last: connect timed out (detected in 0s)\n");
 }
 
 TEST_CASE("ServerState: max_fails = 0 counts failures for metrics only") {
