@@ -449,6 +449,15 @@ def test_postgres_role_check_routes_to_the_primary_and_follows_a_failover(sluice
     for _ in range(4):
         r = dbpeers.psql(s.port(), "select pg_is_in_recovery(), current_setting('port')")
         assert r.stdout.strip() == f"f|{primary.port}"
+    # Writes go through sluice to the primary (a standby would refuse them).
+    r = dbpeers.psql(s.port(), "create table failover_writes (n int, port text)")
+    assert r.returncode == 0, r.stderr
+    for i in range(4):
+        r = dbpeers.psql(s.port(), f"insert into failover_writes values ({i}, current_setting('port'))")
+        assert r.returncode == 0, r.stderr
+    # Replication is asynchronous: let the standby replay them first.
+    harness.wait_until(lambda: dbpeers.psql(standby.port, "select count(*) from failover_writes",
+                                            check=False).stdout.strip() == "4", timeout=20)
 
     # Failover: promote the standby, then stop the old primary.
     start = len(s.log.lines)
@@ -471,3 +480,10 @@ def test_postgres_role_check_routes_to_the_primary_and_follows_a_failover(sluice
     for _ in range(4):
         r = dbpeers.psql(s.port(), "select pg_is_in_recovery(), current_setting('port')")
         assert r.stdout.strip() == f"f|{standby.port}"
+    # New writes reach the promoted node, which has the old ones too.
+    for i in range(4, 8):
+        r = dbpeers.psql(s.port(), f"insert into failover_writes values ({i}, current_setting('port'))")
+        assert r.returncode == 0, r.stderr
+    r = dbpeers.psql(s.port(), "select count(*), count(*) filter (where port = current_setting('port')) "
+                               "from failover_writes")
+    assert r.stdout.strip() == "8|4", r.stdout
