@@ -9,6 +9,8 @@ suffer one of the loopback faults the other files test for behaviour:
 - servers that answer, then stall until `idle_timeout` ends the session,
   one session after another;
 - a server that refuses, so that every session moves to the next one;
+- a black-holed server (SYNs dropped), so that every connect waits out
+  `connect_timeout`;
 - clients that read very slowly from a fast source.
 
 The neighbour's throughput during the fault must stay above a generous share
@@ -29,6 +31,7 @@ import harness
 import loadgen
 import neighbour
 from harness import listener, upstream
+from test_limits import black_hole  # noqa: F401  (fixture)
 
 SESSIONS = 16   # faulty sessions at a time (never-reading servers, slow readers)
 # idle_timeout for the servers that answer, then stall. Each such session
@@ -158,6 +161,18 @@ def retried_sessions(s: harness.Sluice, fault: Fault):
             fault.add()
 
 
+def connecting_sessions(s: harness.Sluice, fault: Fault):
+    """One session after another whose server never answers the SYN: each
+    is held until connect_timeout, then closed."""
+    while not fault.stop_event.is_set():
+        c = s.connect("far")
+        try:
+            harness.seconds_until_closed(c, timeout=5)
+            fault.add()
+        finally:
+            c.close()
+
+
 def slow_reader(s: harness.Sluice, fault: Fault):
     """Reads 4 KiB every 20 ms from a source that could send gigabytes."""
     c = s.connect("far")
@@ -190,6 +205,7 @@ CLIENTS = {
     "slow_server": (SESSIONS, uploading_session),
     "answers_then_stalls": (SESSIONS, stalled_sessions),
     "refuses": (1, retried_sessions),
+    "black_holed": (SESSIONS, connecting_sessions),
     "slow_reader": (SESSIONS, slow_reader),
 }
 # What sluice must have logged for the faulty sessions: (cause, tries), None
@@ -199,11 +215,12 @@ RECORDED = {
     "server_reset": ("server_reset", None),
     "answers_then_stalls": ("idle_timeout", None),
     "refuses": (None, "2"),
+    "black_holed": ("connect_failed", "1"),
 }
 
 
 @pytest.mark.parametrize("kind", list(CLIENTS))
-def test_neighbour_keeps_its_throughput_during_a_fault(sluice, backends, sources, kind):
+def test_neighbour_keeps_its_throughput_during_a_fault(sluice, backends, sources, black_hole, kind):  # noqa: F811
     near = sources()
     release = threading.Event()  # lets the never-reading servers go at the end
     far_opts: dict = {}
@@ -219,12 +236,17 @@ def test_neighbour_keeps_its_throughput_during_a_fault(sluice, backends, sources
         far = upstream(backends(answer_then_stall, name="staller"))
         far_opts = {"idle_timeout": f"{int(STALL_IDLE_S * 1000)}ms"}
     elif kind == "refuses":
-        # The refusing server is the first choice of every session (weight,
-        # and no passive health to leave it out).
+        # The refusing server is the first choice of every session (the only
+        # primary, and no passive health to leave it out); the retry goes to
+        # the backup.
         refusing = f"127.0.0.1:{harness.dead_port()}"
-        far = upstream(refusing, backends(harness.banner_handler, name="good"),
-                       weights=[100, 1], max_fails=0)
+        far = upstream(refusing, backends(harness.banner_handler, name="good"), max_fails=0)
+        far["servers"][1]["backup"] = True
         far_opts = {"tries": 2}
+    elif kind == "black_holed":
+        # SYNs dropped: every connect waits out connect_timeout.
+        far = upstream(black_hole().address, max_fails=0)
+        far_opts = {"connect_timeout": "300ms", "tries": 1}
     else:
         far = upstream(sources().address)
     s = sluice([listener("near", "near"), listener("far", "far", **far_opts)],
