@@ -63,6 +63,9 @@ class Session {
   void touch();
   void on_pump_eof(Pump& p);
   void on_pump_fin_sent(Pump& p);
+  // The other direction has finished (its FIN was sent): `p`'s FIN would be
+  // the session's last act, and the close that follows at once sends it.
+  bool fin_ends_session(const Pump& p) const { return (&p == &c2s_ ? s2c_ : c2s_).fin_sent; }
   void on_pump_error(Pump& p, int err, bool at_dst);
   void on_initial_written();
   // splice = "auto": a pump is moving a stream (full buffers, well into the

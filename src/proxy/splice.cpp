@@ -164,7 +164,8 @@ bool Splicer::run(Lane& l, bool try_read) {
       }
     }
     if (p.eof && l.in_pipe == 0 && !p.fin_sent) {
-      if (::shutdown(l.dst->fd, SHUT_WR) != 0) {
+      // The last FIN of the session goes with the close (as in Pump).
+      if (!s->fin_ends_session(p) && ::shutdown(l.dst->fd, SHUT_WR) != 0) {
         s->on_pump_error(p, uv_translate_sys_error(errno), true);
         return false;
       }
