@@ -1,5 +1,6 @@
 #include "net/worker.hpp"
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,20 +27,21 @@ uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
 }  // namespace
 
-// One listening socket of this worker. The worker accepts on it itself
-// (accept4 in a uv_poll_t callback) rather than through uv_listen: libuv's
+// One listening socket of this worker, in the worker's Reactor
+// (level-triggered). The worker accepts on it itself rather than through
+// uv_listen: libuv's
 // answer to EMFILE is to close a reserve descriptor and accept-and-drop every
 // queued connection, which several loops in one process (one fd table) turn
 // into a busy loop, and which throws away clients that could have waited.
 // Here, out of descriptors, the worker stops polling the socket for a short
 // back-off (as nginx does) and the kernel keeps the queue. accept4 also
 // yields the peer address, so no getpeername is needed later.
-struct Worker::Listener {
+struct Worker::Listener final : IoWatcher {
   Worker* worker = nullptr;
   std::uint64_t id = 0;
   long view = -1;         // index into worker->snapshot_->listeners, -1 = none
-  int fd = -1;            // the listening socket (ours; closed with the poll handle)
-  uv_poll_t poll{};
+  int fd = -1;            // the listening socket (ours)
+  bool watched = false;   // in the Reactor's set
   uv_timer_t resume{};
   bool paused = false;
   bool single = false;    // the last batch found one connection: take one, don't ask again
@@ -49,13 +51,24 @@ struct Worker::Listener {
   std::uint64_t episode_start_ms = 0;
   std::uint64_t failed_accepts = 0;
   bool removing = false;
-  int open_handles = 0;
+  int open_handles = 0;   // the resume timer, until its close callback
+
+  void on_io(std::uint32_t /*events*/) override { worker->accept_on(*this); }
 
   const char* name() const {
     const auto& snap = worker->snapshot_;
     return view >= 0 && snap ? snap->listeners[static_cast<std::size_t>(view)].config->name.c_str() : "?";
   }
 };
+
+template <class F>
+void Worker::each_session(F f) {
+  for (Session* s = sessions_; s != nullptr;) {
+    Session* next = s->next;
+    f(*s);
+    s = next;
+  }
+}
 
 Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   uv_loop_init(&loop_);
@@ -66,11 +79,8 @@ Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   uv_timer_init(&loop_, &shutdown_timer_);
   shutdown_timer_.data = this;
   timers_.emplace(&loop_, &Session::fire_timer);
-  // Counts loop iterations (for the accept batching); never keeps the loop alive.
-  uv_prepare_init(&loop_, &tick_);
-  tick_.data = this;
-  uv_prepare_start(&tick_, [](uv_prepare_t* p) { ++static_cast<Worker*>(p->data)->iteration_; });
-  uv_unref(as_handle(&tick_));
+  reactor_.emplace(&loop_);
+  reactor_->add(uv_backend_fd(&loop_), EPOLLIN, &loop_watcher_);
 }
 
 Worker::~Worker() { join(); }
@@ -91,8 +101,19 @@ void Worker::post(WorkerCommand command) {
   uv_async_send(&async_);
 }
 
+// Each round: wait in the Reactor for the sockets (and libuv's descriptor),
+// handle what came, run libuv's loop once without blocking if it has
+// something to do, then delete the sessions that finished. libuv's next
+// timer bounds the wait. Ends once every handle is closed after a stop.
 void Worker::run() {
-  uv_run(&loop_, UV_RUN_DEFAULT);
+  while (!closed_ || uv_loop_alive(&loop_)) {
+    ++iteration_;
+    loop_watcher_.ready = false;
+    reactor_->run_once(uv_backend_timeout(&loop_));
+    if (loop_watcher_.ready || uv_backend_timeout(&loop_) == 0) uv_run(&loop_, UV_RUN_NOWAIT);
+    for (Session* s : retired_) Session::dispose(s);
+    retired_.clear();
+  }
   // Every handle has been closed by now; a non-zero result would mean a leak.
   if (int r = uv_loop_close(&loop_); r != 0) {
     spdlog::error("worker {}: loop closed with live handles: {}", id_, uv_strerror(r));
@@ -121,7 +142,7 @@ void Worker::drain_mailbox() {
       case WorkerCommand::Kind::stop: begin_stop(); break;
       case WorkerCommand::Kind::stop_now:
         begin_stop();
-        for (Session* s = sessions_; s != nullptr; s = s->next) s->terminate(Cause::shutdown);
+        each_session([](Session& s) { s.terminate(Cause::shutdown); });
         break;
     }
   }
@@ -131,13 +152,11 @@ void Worker::drain_mailbox() {
 
 bool Worker::listen_on(Listener& l, int fd) {
   l.fd = fd;
-  uv_poll_init_socket(&loop_, &l.poll, fd);
-  l.poll.data = &l;
-  ++l.open_handles;
-  if (int r = uv_poll_start(&l.poll, UV_READABLE, on_acceptable); r < 0) {
+  if (int r = reactor_->add(fd, EPOLLIN, &l); r < 0) {
     spdlog::error("worker {}: listener \"{}\": {}", id_, l.name(), uv_strerror(r));
     return false;
   }
+  l.watched = true;
   return true;
 }
 
@@ -183,10 +202,6 @@ void Worker::apply_update(WorkerCommand& c) {
 
 void Worker::on_listener_handle_closed(uv_handle_t* h) {
   auto* l = static_cast<Listener*>(h->data);
-  if (h == as_handle(&l->poll) && l->fd >= 0) {
-    ::close(l->fd);
-    l->fd = -1;
-  }
   if (--l->open_handles > 0) return;
   Worker* w = l->worker;
   std::erase_if(w->listeners_, [l](const std::unique_ptr<Listener>& x) { return x.get() == l; });
@@ -195,23 +210,25 @@ void Worker::on_listener_handle_closed(uv_handle_t* h) {
 
 void Worker::close_listener(Listener& l) {
   l.removing = true;
-  if (l.fd >= 0 && !uv_is_closing(as_handle(&l.poll))) uv_close(as_handle(&l.poll), on_listener_handle_closed);
+  if (l.fd >= 0) {
+    ::close(l.fd);  // also leaves the Reactor's set
+    l.fd = -1;
+    l.watched = false;
+  }
   if (!uv_is_closing(as_handle(&l.resume))) uv_close(as_handle(&l.resume), on_listener_handle_closed);
 }
 
-void Worker::on_acceptable(uv_poll_t* p, int status, int /*events*/) {
-  auto* l = static_cast<Listener*>(p->data);
-  Worker* w = l->worker;
-  if (status < 0) {
-    spdlog::warn("worker {}: listener \"{}\": poll error: {}", w->id_, l->name(), uv_strerror(status));
-    return;
-  }
+void Worker::accept_on(Listener& listener) {
+  Listener* l = &listener;
+  Worker* w = this;
+  if (l->fd < 0 || l->removing) return;
   if (l->view < 0 || !w->snapshot_) {
     // No listener of the current configuration uses this socket (cannot
     // happen while the control loop keeps ids and names in step).
     spdlog::error("worker {}: listening socket {} has no listener in configuration {}", w->id_, l->id,
                   w->snapshot_ ? w->snapshot_->generation : 0);
-    uv_poll_stop(p);
+    if (l->watched) reactor_->remove(l->fd);
+    l->watched = false;
     return;
   }
   // A batch ends with an accept4() that says EAGAIN: one wasted call per
@@ -244,11 +261,9 @@ void Worker::on_acceptable(uv_poll_t* p, int status, int /*events*/) {
       spdlog::warn("worker {}: listener \"{}\": accept error: {}", w->id_, l->name(), std::strerror(err));
       return;
     }
-    const int r = Session::accept(*w, w->snapshot_, w->snapshot_->listeners[static_cast<std::size_t>(l->view)], fd,
-                                  reinterpret_cast<const sockaddr*>(&peer));
-    if (r < 0) {
-      spdlog::warn("worker {}: listener \"{}\": cannot take a connection: {}", w->id_, l->name(), uv_strerror(r));
-    } else if (l->episode) {
+    Session::accept(*w, w->snapshot_, w->snapshot_->listeners[static_cast<std::size_t>(l->view)], fd,
+                    reinterpret_cast<const sockaddr*>(&peer));
+    if (l->episode) {
       l->episode = false;
       l->backoff_ms = kFirstBackoffMs;
       // The episode's one line was its start; the end is for debugging.
@@ -277,7 +292,8 @@ void Worker::pause_accepting(Listener& l, int err) {
                  "retrying until descriptors are free",
                  id_, l.name(), uv_strerror(err), l.backoff_ms);
   }
-  uv_poll_stop(&l.poll);
+  if (l.watched) reactor_->remove(l.fd);
+  l.watched = false;
   uv_timer_start(&l.resume, on_resume_timer, l.backoff_ms, 0);
   l.backoff_ms = std::min(l.backoff_ms * 2, kMaxBackoffMs);
 }
@@ -287,7 +303,7 @@ void Worker::on_resume_timer(uv_timer_t* t) {
   Worker* w = l->worker;
   if (l->removing || w->stopping_ || !l->paused) return;
   l->paused = false;
-  uv_poll_start(&l->poll, UV_READABLE, on_acceptable);
+  if (l->fd >= 0 && w->reactor_->add(l->fd, EPOLLIN, l) == 0) l->watched = true;
 }
 
 // ---- sessions --------------------------------------------------------------
@@ -311,18 +327,17 @@ void Worker::unlink(Session& s) {
 void Worker::close_sessions(const WorkerCommand& c) {
   const std::uint64_t now = uv_now(&loop_);
   const auto spread = static_cast<std::uint64_t>(c.spread.count());
-  // Sessions unlink themselves only from close callbacks, later: iterating is safe.
-  for (Session* s = sessions_; s != nullptr; s = s->next) {
-    if (s->server() != c.server.get() || s->closing()) continue;
+  each_session([&](Session& s) {
+    if (s.server() != c.server.get() || s.closing()) return;
     if (spread == 0) {
-      s->terminate(c.cause);
+      s.terminate(c.cause);
     } else {
       rng_ ^= rng_ << 13;
       rng_ ^= rng_ >> 7;
       rng_ ^= rng_ << 17;
-      s->close_at(now + rng_ % spread, c.cause);
+      s.close_at(now + rng_ % spread, c.cause);
     }
-  }
+  });
 }
 
 // ---- stopping --------------------------------------------------------------
@@ -344,7 +359,7 @@ void Worker::begin_stop() {
 void Worker::on_shutdown_timer(uv_timer_t* t) {
   auto* w = static_cast<Worker*>(t->data);
   spdlog::info("worker {}: shutdown_timeout reached; closing {} session(s)", w->id_, w->session_count_);
-  for (Session* s = w->sessions_; s != nullptr; s = s->next) s->terminate(Cause::shutdown);
+  w->each_session([](Session& s) { s.terminate(Cause::shutdown); });
 }
 
 void Worker::maybe_finish_stop() {
@@ -356,7 +371,6 @@ void Worker::close_all() {
   closed_ = true;
   uv_close(as_handle(&async_), nullptr);
   uv_close(as_handle(&shutdown_timer_), nullptr);
-  uv_close(as_handle(&tick_), nullptr);
   timers_->close();
 }
 

@@ -1,6 +1,8 @@
-// A worker: one thread, one uv loop, its own listening socket per listener
-// (SO_REUSEPORT, so the kernel spreads accepts), its own buffer pool and the
-// list of its live sessions. Sessions never cross workers.
+// A worker: one thread, its own Reactor (the epoll set of its sessions' and
+// listeners' sockets) with a libuv loop inside it for timers and the
+// mailbox, its own listening socket per listener (SO_REUSEPORT, so the
+// kernel spreads accepts), its own buffer pool and the list of its live
+// sessions. Sessions never cross workers.
 //
 // The control loop talks to a worker only through its mailbox (a locked queue
 // plus a uv_async_t): a new Snapshot with listener changes, "close the
@@ -22,6 +24,7 @@
 #include <uv.h>
 
 #include "proxy/buffer_pool.hpp"
+#include "proxy/reactor.hpp"
 #include "proxy/session_host.hpp"
 #include "proxy/timer_queue.hpp"
 #include "sluice/cause.hpp"
@@ -80,13 +83,21 @@ class Worker final : public SessionHost {
 
   // SessionHost
   uv_loop_t* loop() override { return &loop_; }
+  Reactor& reactor() override { return *reactor_; }
   BufferPool& pool() override { return pool_; }
   TimerQueue& timers() override { return *timers_; }
   void link(Session& s) override;
   void unlink(Session& s) override;
+  void retire(Session& s) override { retired_.push_back(&s); }
 
  private:
   struct Listener;
+  // libuv's own epoll descriptor, in the Reactor: readable when a libuv
+  // handle (the mailbox, a timer's neighbour) has something to say.
+  struct LoopWatcher final : IoWatcher {
+    bool ready = false;
+    void on_io(std::uint32_t /*events*/) override { ready = true; }
+  };
 
   void run();
   void drain_mailbox();
@@ -98,8 +109,11 @@ class Worker final : public SessionHost {
   bool listen_on(Listener& l, int fd);
   void pause_accepting(Listener& l, int err);
   void close_listener(Listener& l);
+  void accept_on(Listener& l);
+  // `f` may end the session it is given (which then leaves the list).
+  template <class F>
+  void each_session(F f);
 
-  static void on_acceptable(uv_poll_t* p, int status, int events);
   static void on_async(uv_async_t* a);
   static void on_shutdown_timer(uv_timer_t* t);
   static void on_resume_timer(uv_timer_t* t);
@@ -111,8 +125,10 @@ class Worker final : public SessionHost {
   uv_loop_t loop_{};
   uv_async_t async_{};
   uv_timer_t shutdown_timer_{};
-  uv_prepare_t tick_{};
-  std::uint64_t iteration_ = 0;  // loop iterations so far (tick_)
+  std::optional<Reactor> reactor_;  // made once loop_ is initialised
+  LoopWatcher loop_watcher_;
+  std::uint64_t iteration_ = 0;  // rounds of the worker's loop so far
+  std::vector<Session*> retired_;  // finished this round; deleted after it
   std::mutex mu_;
   std::deque<WorkerCommand> mailbox_;  // under mu_
   std::shared_ptr<const Snapshot> snapshot_;

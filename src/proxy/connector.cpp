@@ -1,9 +1,13 @@
 #include "proxy/connector.hpp"
 
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include <spdlog/spdlog.h>
 
 #include "log/rate_limited_warning.hpp"
-#include "proxy/buffer_pool.hpp"
 #include "proxy/session.hpp"
 #include "proxy/socket_options.hpp"
 #include "runtime/snapshot.hpp"
@@ -30,14 +34,20 @@ void Connector::start(Upstream* upstream) {
   attempt();
 }
 
-void Connector::retry() { attempt(); }
-
 void Connector::release() {
   if (holding_) {
     upstream_->release(static_cast<std::size_t>(index_));
     holding_ = false;
   }
 }
+
+namespace {
+
+ConnectResult classify(int err) {
+  return is_local_resource_error(err) ? ConnectResult::local_error : ConnectResult::failed;
+}
+
+}  // namespace
 
 void Connector::attempt() {
   const ListenerConfig& lc = session_.listener_config();
@@ -61,60 +71,58 @@ void Connector::attempt() {
   holding_ = true;
   ++attempts_;
 
-  uv_tcp_t* tcp = session_.open_server();
   const Endpoint& ep = upstream_->member(static_cast<std::size_t>(idx)).config.address;
   attempt_start_ns_ = uv_hrtime();
-  // TCP_NODELAY is applied by libuv as the socket is created.
-  uv_tcp_nodelay(tcp, 1);
-  req_ = session_.pool().borrow<uv_connect_t>();
-  req_->data = this;
-  int r = uv_tcp_connect(req_, tcp, reinterpret_cast<const sockaddr*>(&ep.addr), on_connect_cb);
-  if (r < 0) {
-    give_back_request();
-    failed(is_local_resource_error(r) ? ConnectResult::local_error : ConnectResult::failed, r);
+  const int fd = ::socket(ep.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    const int err = -errno;
+    failed(classify(err), err);
     return;
   }
+  Leg& leg = session_.open_server(fd);
+  set_nodelay(fd);
   // The server leg's keepalive, set as the socket is made so that a server
   // host that vanishes is found after tcp_keepalive_idle whatever the
   // session's age. (A new socket has SO_KEEPALIVE off: nothing to do when
   // the listener turns it off.)
-  if (lc.tcp_keepalive) {
-    uv_os_fd_t fd = -1;
-    if (uv_fileno(reinterpret_cast<const uv_handle_t*>(tcp), &fd) == 0) set_keepalive(fd, lc);
-  }
-  // Reading the server starts with the connect: libuv delivers nothing before
-  // the connect callback, and epoll then only has to drop POLLOUT instead of
-  // re-adding the socket once the connect completes.
-  if (r = session_.start_server_reading(); r < 0) {
-    failed(is_local_resource_error(r) ? ConnectResult::local_error : ConnectResult::failed, r);
+  if (lc.tcp_keepalive) set_keepalive(fd, lc);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len) != 0 && errno != EINPROGRESS) {
+    const int err = -errno;
+    failed(classify(err), err);
     return;
   }
+  // Added after connect(2): the connect's end is the first edge, EPOLLOUT
+  // (or EPOLLERR), and a connect that already finished reports it at once.
+  if (const int r = session_.reactor().add(fd, Reactor::kStream, &leg); r < 0) {
+    failed(ConnectResult::local_error, r);
+    return;
+  }
+  leg.registered = true;
   deadline_ms_ = now + ms(lc.connect_timeout);
   session_.arm_timer();
 }
 
-void Connector::on_connect_cb(uv_connect_t* req, int status) {
-  auto* c = static_cast<Connector*>(req->data);
-  c->give_back_request();
-  Session& s = c->session_;
-  // ECANCELED: we closed the handle ourselves (timeout or session end).
-  if (status == UV_ECANCELED || s.state_ != Session::State::connecting || s.server_closing_) return;
-  if (status < 0) {
-    c->failed(is_local_resource_error(status) ? ConnectResult::local_error : ConnectResult::failed, status);
+void Connector::on_io(std::uint32_t events) {
+  if (deadline_ms_ == 0) return;  // no attempt in flight
+  if ((events & (EPOLLERR | EPOLLHUP)) != 0) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::getsockopt(session_.server_leg().fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err == 0) err = ECONNRESET;
+    failed(classify(-err), -err);
     return;
   }
-  c->deadline_ms_ = 0;
-  ServerState& st = *c->server();
-  st.report(ConnectResult::connected, "", Clock::now());
-  st.observe_connect(static_cast<double>(uv_hrtime() - c->attempt_start_ns_) / 1e9);
-  s.on_connected();
+  // EPOLLOUT without EPOLLERR: the connect succeeded (no getsockopt needed
+  // to ask, as there is on other systems).
+  if ((events & EPOLLOUT) != 0) connected();
 }
 
-// Every connect request ends in on_connect_cb (ECANCELED when its handle is
-// closed first), so that is where it goes back.
-void Connector::give_back_request() {
-  session_.pool().give_back(req_);
-  req_ = nullptr;
+void Connector::connected() {
+  deadline_ms_ = 0;
+  ServerState& st = *server();
+  st.report(ConnectResult::connected, "", Clock::now());
+  st.observe_connect(static_cast<double>(uv_hrtime() - attempt_start_ns_) / 1e9);
+  session_.on_connected();
 }
 
 void Connector::on_timeout() {
@@ -124,6 +132,7 @@ void Connector::on_timeout() {
 
 void Connector::failed(ConnectResult result, int err) {
   deadline_ms_ = 0;
+  session_.close_server_for_retry();
   ServerState& st = *server();
   const char* why = result == ConnectResult::timed_out ? "connect timed out" : uv_strerror(err);
   if (result == ConnectResult::local_error) {
@@ -141,8 +150,7 @@ void Connector::failed(ConnectResult result, int err) {
                session_.client_address(), st.address.text, attempts_, why);
   st.report(result, why, Clock::now());
   release();
-  // The next attempt needs a fresh handle; it starts from the close callback.
-  session_.close_server_for_retry();
+  session_.reactor().defer(*this);
 }
 
 }  // namespace sluice

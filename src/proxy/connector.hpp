@@ -12,8 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include <uv.h>
-
+#include "proxy/reactor.hpp"
 #include "sluice/cause.hpp"
 #include "upstream/server_state.hpp"
 #include "upstream/tried_set.hpp"
@@ -23,17 +22,24 @@ namespace sluice {
 class Session;
 class Upstream;
 
-class Connector {
+// The server's socket is made non-blocking by socket(2) itself, connected,
+// and only then added to the worker's Reactor (edge-triggered, for reading
+// and writing, once for its whole life): the connect's end is its first
+// EPOLLOUT, or EPOLLERR with the error in SO_ERROR.
+class Connector final : public Deferred {
  public:
   explicit Connector(Session& session) : session_(session) {}
 
   // Starts the first attempt on `upstream` (hashing on the session's key if
   // the upstream hashes).
   void start(Upstream* upstream);
-  // The previous attempt's server handle has closed: try the next server.
-  void retry();
+  // The server socket's events while connecting.
+  void on_io(std::uint32_t events);
   // The current attempt's deadline passed.
   void on_timeout();
+  // The next attempt, after a failed one (deferred, so that it never opens
+  // a socket inside the events of the one just closed).
+  void run_deferred() override { attempt(); }
   // When the current attempt times out (loop ms); 0 when none is in flight.
   std::uint64_t deadline_ms() const { return deadline_ms_; }
   // The session no longer counts on this server (it ended, or moved on).
@@ -47,9 +53,8 @@ class Connector {
 
  private:
   void attempt();
+  void connected();
   void failed(ConnectResult result, int err);
-  static void on_connect_cb(uv_connect_t* req, int status);
-  void give_back_request();
 
   Session& session_;
   Upstream* upstream_ = nullptr;
@@ -60,7 +65,6 @@ class Connector {
   std::uint64_t first_attempt_ms_ = 0;
   std::uint64_t deadline_ms_ = 0;
   std::uint64_t attempt_start_ns_ = 0;
-  uv_connect_t* req_ = nullptr;  // borrowed from the pool while a connect is in flight
 };
 
 }  // namespace sluice

@@ -2,65 +2,80 @@
 // serves client->server and server->client (nginx's proxy_process with
 // src/dst swapped); `src_is_client` tells which one an instance is.
 //
-// Backpressure: when `dst` has more than kHighWater bytes queued (not yet
-// accepted by the kernel), reading from `src` stops; it resumes once the queue
-// drains below kLowWater. So a session never buffers more than about
-// kHighWater + one Buffer per direction, whatever its peers do.
+// Reads and writes are plain read(2)/write(2) on the Legs' descriptors,
+// driven by the Legs' edge-triggered readiness (see reactor.hpp): pull()
+// when `src` may have bytes, flush() when `dst` may take some.
 //
-// Half-close: EOF from `src` becomes uv_shutdown(dst) (a FIN once every queued
-// write has flushed); the other direction keeps flowing.
+// Backpressure: when more than kHighWater bytes wait in the write queue (not
+// yet accepted by dst's kernel), reading from `src` stops; it resumes once
+// the queue drains below kLowWater. So a session never buffers more than
+// about kHighWater + one Buffer per direction, whatever its peers do.
 //
-// `bytes` counts what `dst`'s kernel accepted, not what was read: bytes still
+// Half-close: EOF from `src` becomes shutdown(dst) (a FIN) once every queued
+// byte is written; the other direction keeps flowing.
+//
+// `bytes` counts what dst's kernel accepted, not what was read: bytes still
 // queued when a session is reset were never delivered and are not counted.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include <uv.h>
-
-#include "proxy/session_host.hpp"
+#include "proxy/leg.hpp"
+#include "proxy/reactor.hpp"
 
 namespace sluice {
 
-struct Pump : HandleOwner {
+struct Buffer;
+class Session;
+
+struct Pump final : Deferred {
   static constexpr std::size_t kHighWater = 128 * 1024;
   static constexpr std::size_t kLowWater = 32 * 1024;
+  // Reads per turn at most (32 KiB each): then the rest of the loop's
+  // sessions get their turn, and this pump goes on after them.
+  static constexpr int kReadsPerTurn = 16;
 
-  uv_stream_t* src = nullptr;
-  uv_stream_t* dst = nullptr;
+  Session* session = nullptr;
+  Leg* src = nullptr;
+  Leg* dst = nullptr;
 
   std::uint64_t bytes = 0;     // bytes delivered to dst (accepted by its kernel)
   std::uint32_t pauses = 0;    // times reading stopped on the high watermark
-  std::uint32_t initial_len = 0;  // bytes of write_initial() in flight
+  std::uint32_t queued = 0;    // bytes in the write queue
   bool src_is_client = false;  // client->server (else server->client)
-  bool reading = false;
-  bool paused = false;
+  bool running = false;        // started and not stopped
+  bool paused = false;         // the write queue is over kHighWater
   bool eof = false;            // src sent FIN
-  bool fin_sent = false;       // shutdown(dst) completed
-  std::uint16_t writes_in_flight = 0;  // uv_write requests not yet called back
+  bool fin_sent = false;       // dst has its FIN (or will with the close)
 
-  // Begins reading from src. Returns a libuv error code (0 on success).
-  int start();
-  // Takes over a src that is already being read by a callback which hands
-  // everything to on_read() (a preread that ran straight into PROXYING), so
-  // that reading need not stop and start again.
-  void adopt_reading() { reading = true; }
-  // Stops reading (session closing); idempotent.
+  // Begins moving bytes; reads at once if src is already known readable.
+  void start();
+  // Stops for good (the session is closing, or a splicer takes over after
+  // the queue emptied); gives queued buffers back.
   void stop();
-  // Queues bytes that were read before the pump started (e.g. a preread
-  // ClientHello). `data` must stay valid until the write completes.
-  int write_initial(char* data, std::size_t len);
+  // Reading and writing, for the Legs' events.
+  void pull();
+  void flush();
+  // Queues `len` bytes that must reach dst before anything read from src
+  // (a preread's ClientHello, a PROXY header). Call before start().
+  void queue_initial(const std::uint8_t* data, std::size_t len);
+  // Nothing waits to be written.
+  bool drained() const { return head_ == nullptr; }
 
-  static void on_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
-  static void on_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
-  static void on_write(uv_write_t* req, int status);
-  static void on_shutdown(uv_shutdown_t* req, int status);
+  void run_deferred() override { pull(); }
 
  private:
-  void handle_data(char* base, std::size_t len);
-  void after_write_progress();
+  // Writes what it can of `b` (already queued or not); false on an error
+  // (reported to the session).
+  bool deliver(Buffer* b);
+  void enqueue(Buffer* b);
+  void on_eof();
   void send_fin_now();
+  void after_write_progress();
+
+  Buffer* head_ = nullptr;  // the write queue, oldest first
+  Buffer* tail_ = nullptr;
 };
 
 }  // namespace sluice

@@ -1,8 +1,12 @@
 #include "proxy/session.hpp"
 
 #include <linux/sockios.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstring>
 
@@ -33,7 +37,6 @@ struct Session::Extra {
   std::uint8_t next_step = 0;              // of the listener's chain (see next_stage())
   std::vector<std::uint8_t> forward;       // sent to the server first; freed once written
   std::uint64_t pg_deadline_ms = 0;        // waiting for the server's 'S' until then
-  ssize_t client_end = 0;                  // EOF or error read while connecting
   std::string sni;
   std::string alpn;
   SockAddr proxied_destination{};          // from a PROXY header
@@ -57,28 +60,30 @@ const std::string& Session::alpn() const {
 
 namespace {
 
-uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
-uv_stream_t* as_stream(uv_tcp_t* t) { return reinterpret_cast<uv_stream_t*>(t); }
-
 std::uint64_t ms(Duration d) { return static_cast<std::uint64_t>(d.count()); }
 
-Session* session_of(const uv_handle_t* h) { return static_cast<HandleOwner*>(h->data)->session; }
+// Writes all of `data` to a socket that has taken nothing yet (a reply of a
+// few bytes): the kernel takes it whole, or something is wrong.
+bool write_whole(int fd, const void* data, std::size_t len) {
+  return ::write(fd, data, len) == static_cast<ssize_t>(len);
+}
 
 }  // namespace
 
 Session::Session(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv)
     : host_(host), snapshot_(std::move(snapshot)), lv_(lv), connector_(*this) {
+  client_.session = this;
+  client_.is_client = true;
+  server_.session = this;
   c2s_.session = this;
-  c2s_.src = as_stream(&client_);
-  c2s_.dst = as_stream(&server_);
+  c2s_.src = &client_;
+  c2s_.dst = &server_;
   c2s_.src_is_client = true;
   s2c_.session = this;
-  s2c_.src = as_stream(&server_);
-  s2c_.dst = as_stream(&client_);
+  s2c_.src = &server_;
+  s2c_.dst = &client_;
   s2c_.src_is_client = false;
   timer_.owner = this;
-  client_.data = static_cast<HandleOwner*>(&c2s_);
-  server_.data = static_cast<HandleOwner*>(&s2c_);
 }
 
 Session::~Session() {
@@ -94,20 +99,12 @@ void Session::touch() { last_activity_ms_ = uv_now(host_.loop()); }
 
 const ListenerConfig& Session::listener_config() const { return *lv_.config; }
 
-int Session::accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv, int fd,
-                    const sockaddr* peer) {
+void Session::accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv, int fd,
+                     const sockaddr* peer) {
   auto* s = new Session(host, std::move(snapshot), lv);
-  uv_loop_t* loop = host.loop();
-  uv_tcp_init(loop, &s->client_);
-  s->open_handles_ = 1;
-  if (int r = uv_tcp_open(&s->client_, fd); r < 0) {
-    // Never a session: close quietly, no access-log record.
-    ::close(fd);
-    s->state_ = State::closing;
-    s->cause_ = Cause::none;
-    uv_close(as_handle(&s->client_), on_close_cb);
-    return r;
-  }
+  // accept4 made it non-blocking; it joins the Reactor when its bytes are
+  // wanted (a preread at once, else once the server is connected).
+  s->client_.fd = fd;
   copy_inet(&s->peer_, peer);
   s->counted_ = true;
   s->snapshot_->registry->counters().connections.fetch_add(1, std::memory_order_relaxed);
@@ -115,7 +112,6 @@ int Session::accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot,
   lv.stats->accepted.fetch_add(1, std::memory_order_relaxed);
   host.link(*s);
   s->begin();
-  return 0;
 }
 
 void Session::set_state(State s) {
@@ -202,11 +198,11 @@ void Session::refuse(Cause cause) {
 void Session::begin_preread() {
   set_state(State::prereading);
   extra().stage = next_stage();
-  if (int r = uv_read_start(as_stream(&client_), on_client_alloc, on_client_read); r < 0) {
-    finish(Cause::client_reset);
+  if (reactor().add(client_.fd, Reactor::kStream, &client_) < 0) {
+    finish(Cause::local_resource);  // the kernel's epoll limits: ours
     return;
   }
-  client_reading_ = true;
+  client_.registered = true;
   arm_timer();
 }
 
@@ -227,44 +223,68 @@ std::unique_ptr<PrereadStage> Session::next_stage() {
   return nullptr;
 }
 
-void Session::on_client_alloc(uv_handle_t* h, std::size_t /*suggested*/, uv_buf_t* buf) {
-  Buffer* b = session_of(h)->pool().get();
-  *buf = uv_buf_init(b->data, Buffer::kSize);
+void Session::on_leg_io(Leg& leg, std::uint32_t events) {
+  switch (state_) {
+    case State::prereading:
+      if (leg.is_client) read_preread();
+      return;
+    case State::connecting:
+      // The client waits in the kernel until its pump starts (its flags keep
+      // what the edges said); the server's events are the connect's, or
+      // the answer to a PostgreSQL SSLRequest.
+      if (leg.is_client) return;
+      if (extra_ && extra_->pg_deadline_ms != 0) {
+        on_pg_answer();
+      } else {
+        connector_.on_io(events);
+      }
+      return;
+    case State::proxying: {
+      if (spliced_) {
+        splicer_->on_io(leg);
+        return;
+      }
+      // Writes first: room at a destination lets its pump read on at once.
+      Pump& writer = leg.is_client ? s2c_ : c2s_;
+      Pump& reader = leg.is_client ? c2s_ : s2c_;
+      if (leg.writable) writer.flush();
+      if (closing()) return;
+      if (leg.readable) reader.pull();
+      return;
+    }
+    case State::accepted:
+    case State::closing:
+      return;
+  }
 }
 
-// The client's read callback from the start of a preread until its pump takes
-// over. It stays installed while connecting and into PROXYING, so that the
-// client is never stopped and restarted (each restart costs epoll_ctl calls).
-void Session::on_client_read(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
-  Session* s = session_of(as_handle(st));
-  if (s->state_ == State::proxying) {
-    Pump::on_read(st, nread, buf);
+// The client's bytes from the start of a preread until a stage routes the
+// session. What the stages did not use goes to the server first; anything
+// the client sends after that waits in the kernel for the pump.
+void Session::read_preread() {
+  while (state_ == State::prereading && client_.readable) {
+    Buffer* b = pool().get();
+    const ssize_t n = ::read(client_.fd, b->data, Buffer::kSize);
+    if (n > 0) {
+      if (static_cast<std::size_t>(n) < Buffer::kSize && !client_.rdhup) client_.readable = false;
+      on_preread_data(b->data, static_cast<std::size_t>(n));
+      pool().put(b);
+      continue;
+    }
+    pool().put(b);
+    if (n == 0) {
+      client_.readable = false;
+      finish(Cause::client_closed);
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      client_.readable = false;
+      return;
+    }
+    finish(Cause::client_reset);
     return;
   }
-  if (nread > 0 && s->state_ == State::prereading) {
-    s->on_preread_data(buf->base, static_cast<std::size_t>(nread));
-  } else if (nread > 0 && s->state_ == State::connecting) {
-    // Bytes after the hello, before the server is there: they follow the
-    // hello, and reading waits for the pump.
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(buf->base);
-    std::vector<std::uint8_t>& forward = s->extra().forward;
-    forward.insert(forward.end(), bytes, bytes + nread);
-    s->stop_client_reading();
-  }
-  if (buf->base != nullptr) s->pool().put(Buffer::from_data(buf->base));
-  if (nread >= 0) return;
-  if (s->state_ == State::prereading) {
-    s->finish(nread == UV_EOF ? Cause::client_closed : Cause::client_reset);
-  } else if (s->state_ == State::connecting) {
-    // EOF or an error while connecting: the pump handles it once it starts.
-    s->extra().client_end = nread;
-    s->stop_client_reading();
-  }
-}
-
-void Session::stop_client_reading() {
-  if (client_reading_) uv_read_stop(as_stream(&client_));
-  client_reading_ = false;
 }
 
 void Session::on_preread_data(const char* data, std::size_t len) {
@@ -275,8 +295,7 @@ void Session::on_preread_data(const char* data, std::size_t len) {
   if (!r.reply.empty()) {
     // PostgreSQL's 'S': one byte on a socket we have not written to yet, so
     // the kernel takes it whole.
-    uv_buf_t b = uv_buf_init(const_cast<char*>(r.reply.data()), static_cast<unsigned>(r.reply.size()));
-    if (uv_try_write(as_stream(&client_), &b, 1) != static_cast<int>(r.reply.size())) {
+    if (!write_whole(client_.fd, r.reply.data(), r.reply.size())) {
       finish(Cause::client_reset);
       return;
     }
@@ -303,8 +322,7 @@ void Session::on_preread_data(const char* data, std::size_t len) {
   x.alpn = std::move(stage.alpn);
   x.forward = stage.take_forward();
   x.pg_ssl = stage.server_needs_ssl_request();
-  // The preread state is released now; the client keeps being read while
-  // connecting (see on_client_read).
+  // The preread state is released now.
   x.stage.reset();
   route_and_connect(r.upstream);
 }
@@ -360,18 +378,16 @@ std::string Session::hash_key(const Upstream& up) const {
   return {};
 }
 
-uv_tcp_t* Session::open_server() {
-  uv_tcp_init(host_.loop(), &server_);
-  server_open_ = true;
-  ++open_handles_;
-  return &server_;
+Leg& Session::open_server(int fd) {
+  server_.fd = fd;
+  server_.registered = false;
+  server_.readable = false;
+  server_.writable = true;
+  server_.rdhup = false;
+  return server_;
 }
 
-void Session::close_server_for_retry() {
-  s2c_.stop();
-  server_closing_ = true;
-  uv_close(as_handle(&server_), on_close_cb);
-}
+void Session::close_server_for_retry() { server_.close(false); }
 
 void Session::on_connected() {
   connected_ms_ = uv_now(host_.loop());
@@ -402,8 +418,8 @@ void Session::append_proxy_header(std::vector<std::uint8_t>& out, ProxyProtocol 
   sockaddr_storage destination{};
   if (extra_) std::memcpy(&destination, &extra_->proxied_destination, sizeof extra_->proxied_destination);
   if (destination.ss_family == 0) {
-    int len = sizeof destination;
-    uv_tcp_getsockname(&client_, reinterpret_cast<sockaddr*>(&destination), &len);
+    socklen_t len = sizeof destination;
+    ::getsockname(client_.fd, reinterpret_cast<sockaddr*>(&destination), &len);
   }
   if (version == ProxyProtocol::v1) {
     preread::append_v1(out, &peer_.sa, reinterpret_cast<const sockaddr*>(&destination));
@@ -419,41 +435,39 @@ void Session::begin_pg_handshake(std::vector<std::uint8_t> head) {
   const auto req = preread::pg_ssl_request();
   head.insert(head.end(), req.begin(), req.end());
   // A few dozen bytes on a fresh connection: the kernel takes them whole.
-  uv_buf_t b = uv_buf_init(reinterpret_cast<char*>(head.data()), static_cast<unsigned>(head.size()));
-  // The server is being read by its pump already (since the connect); its
-  // one-byte answer is ours, so the read callback is swapped until then.
-  uv_read_stop(as_stream(&server_));
-  if (uv_try_write(as_stream(&server_), &b, 1) != static_cast<int>(head.size()) ||
-      uv_read_start(as_stream(&server_), on_client_alloc, on_pg_answer) != 0) {
+  if (!write_whole(server_.fd, head.data(), head.size())) {
     finish(Cause::server_reset);
     return;
   }
   extra().pg_deadline_ms = uv_now(host_.loop()) + ms(lv_.config->connect_timeout);
   arm_timer();
+  if (server_.readable) on_pg_answer();
 }
 
-void Session::on_pg_answer(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
-  Session* s = session_of(as_handle(st));
-  const char answer = nread > 0 ? buf->base[0] : '\0';
-  if (buf->base != nullptr) s->pool().put(Buffer::from_data(buf->base));
-  if (nread == 0) return;
-  if (s->closing()) return;
-  uv_read_stop(st);
-  s->extra().pg_deadline_ms = 0;
-  if (nread == 1 && answer == 'S') {
-    s->extra().pg_ssl = false;
-    if (s->s2c_.start() < 0) {
-      s->finish(Cause::server_reset);
-      return;
-    }
-    s->start_proxying();
-  } else if (nread > 0 && answer == 'N') {
-    SPDLOG_DEBUG("listener \"{}\" client {}: the server refused TLS", s->lv_.config->name, s->client_address());
-    s->finish(Cause::server_no_tls);
+// The server's one-byte answer to our SSLRequest; its events come here
+// until then (see on_leg_io).
+void Session::on_pg_answer() {
+  if (!server_.readable) return;
+  Buffer* b = pool().get();
+  const ssize_t n = ::read(server_.fd, b->data, Buffer::kSize);
+  const char answer = n > 0 ? b->data[0] : '\0';
+  pool().put(b);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    if (errno != EINTR) server_.readable = false;
+    return;
+  }
+  if (n > 0 && static_cast<std::size_t>(n) < Buffer::kSize && !server_.rdhup) server_.readable = false;
+  extra().pg_deadline_ms = 0;
+  if (n == 1 && answer == 'S') {
+    extra().pg_ssl = false;
+    start_proxying();
+  } else if (n > 0 && answer == 'N') {
+    SPDLOG_DEBUG("listener \"{}\" client {}: the server refused TLS", lv_.config->name, client_address());
+    finish(Cause::server_no_tls);
   } else {
     // EOF, an error, an error message, or bytes after 'S' (which a TLS
     // handshake must never find in its input).
-    s->finish(Cause::server_reset);
+    finish(Cause::server_reset);
   }
 }
 
@@ -464,24 +478,22 @@ void Session::start_proxying() {
   touch();
   if (extra_ && !extra_->forward.empty()) {
     // The preread bytes go to the server first, byte for byte.
-    std::vector<std::uint8_t>& forward = extra_->forward;
-    if (int r = c2s_.write_initial(reinterpret_cast<char*>(forward.data()), forward.size()); r < 0) {
-      finish(Cause::server_reset);
+    c2s_.queue_initial(extra_->forward.data(), extra_->forward.size());
+    extra_->forward = {};
+  }
+  if (!client_.registered) {
+    // Now that the server is there (nginx's order): an edge for what the
+    // client has sent meanwhile comes with the next wait.
+    if (reactor().add(client_.fd, Reactor::kStream, &client_) < 0) {
+      finish(Cause::local_resource);
       return;
     }
+    client_.registered = true;
   }
-  if (extra_ && extra_->client_end != 0) {
-    // The client ended while connecting: the pump sees it as if just read.
-    uv_buf_t none = uv_buf_init(nullptr, 0);
-    Pump::on_read(as_stream(&client_), extra_->client_end, &none);
-    if (closing()) return;
-  } else if (client_reading_) {
-    c2s_.adopt_reading();
-    client_reading_ = false;  // the pump's now
-  } else if (c2s_.start() < 0) {
-    finish(Cause::client_reset);
-    return;
-  }
+  c2s_.start();
+  if (closing()) return;
+  s2c_.start();
+  if (closing()) return;
   if (lv_.config->splice == Splice::pipe) {
     want_splice();  // arms the timer
   } else {
@@ -489,16 +501,10 @@ void Session::start_proxying() {
   }
 }
 
-void Session::on_initial_written() {
-  if (extra_) extra_->forward = {};
-  on_pump_settled();
-}
-
 // ---- SPLICE ----------------------------------------------------------------
 //
-// The switch happens from the session's timer, never inside a libuv stream
-// callback: libuv may still touch a stream's watcher after its callback
-// returns, and the descriptor's watcher slot will belong to the poll handle.
+// The switch happens from the session's timer, once both write queues are
+// empty: nothing copied may be left behind a pipe.
 
 bool Session::lv_splice_auto() const { return lv_.config->splice == Splice::automatic; }
 
@@ -512,7 +518,7 @@ void Session::want_splice() {
 bool Session::splice_ready() const {
   if (state_ != State::proxying || (extra_ && !extra_->forward.empty())) return false;
   for (const Pump* p : {&c2s_, &s2c_}) {
-    if (p->writes_in_flight != 0 || (p->eof && !p->fin_sent)) return false;
+    if (!p->drained() || (p->eof && !p->fin_sent)) return false;
   }
   return !(c2s_.eof && s2c_.eof);
 }
@@ -524,16 +530,16 @@ void Session::switch_to_splice() {
   c2s_.paused = false;
   s2c_.paused = false;
   splicer_ = std::make_unique<Splicer>();
-  if (splicer_->start(host_.loop(), c2s_, s2c_, open_handles_, on_close_cb)) return;
-  // Out of descriptors for a pipe (or libuv refused the poll): carry on
-  // copying. The Splicer stays until the session ends (it may hold a
-  // closing handle).
-  SPDLOG_DEBUG("listener \"{}\" client {}: splice unavailable, copying", lv_.config->name, client_address());
-  if (!c2s_.eof && c2s_.start() < 0) {
-    finish(Cause::client_reset);
+  if (splicer_->start(c2s_, s2c_)) {
+    spliced_ = true;
     return;
   }
-  if (!s2c_.eof && s2c_.start() < 0) finish(Cause::server_reset);
+  // Out of descriptors for a pipe: carry on copying. The Splicer stays
+  // until the session ends, so that a switch is never tried twice.
+  SPDLOG_DEBUG("listener \"{}\" client {}: splice unavailable, copying", lv_.config->name, client_address());
+  if (!c2s_.eof) c2s_.start();
+  if (closing()) return;
+  if (!s2c_.eof) s2c_.start();
 }
 
 void Session::on_pump_eof(Pump& p) {
@@ -637,7 +643,7 @@ void Session::on_timer() {
       }
       break;
     case State::connecting:
-      if (connector_.deadline_ms() != 0 && now >= connector_.deadline_ms() && !server_closing_) {
+      if (connector_.deadline_ms() != 0 && now >= connector_.deadline_ms()) {
         connector_.on_timeout();
         return;
       }
@@ -698,17 +704,16 @@ void Session::on_timer() {
 // check means the peer is reading.
 Session::Drain Session::peers_draining() {
   Drain out = Drain::stalled;
-  auto check = [&out](uv_tcp_t& tcp, std::uint32_t& last) {
-    uv_os_fd_t fd = -1;
+  auto check = [&out](const Leg& leg, std::uint32_t& last) {
     int queued = 0;
-    if (uv_fileno(as_handle(&tcp), &fd) != 0 || ::ioctl(fd, SIOCOUTQ, &queued) != 0) return;
+    if (!leg.open() || ::ioctl(leg.fd, SIOCOUTQ, &queued) != 0) return;
     const auto q = static_cast<std::uint32_t>(queued);
     if (q > 0 && last == kUnsampled && out == Drain::stalled) out = Drain::unknown;
     if (q > 0 && last != kUnsampled && q != last) out = Drain::moving;
     last = q;
   };
   check(client_, outq_client_);
-  if (server_open_ && !server_closing_) check(server_, outq_server_);
+  check(server_, outq_server_);
   return out;
 }
 
@@ -720,56 +725,28 @@ void Session::finish(Cause cause) {
   set_state(State::closing);
   c2s_.stop();
   s2c_.stop();
-  stop_client_reading();
+  reactor().cancel(connector_);
   host_.timers().cancel(timer_);
   connector_.release();
   if (extra_) extra_->stage.reset();
-  // The poll handles leave epoll before the sockets they watch close.
-  if (splicer_) splicer_->close(on_close_cb);
+  if (splicer_) splicer_->close();
   // A peer that aborted is reported to the other peer the only way TCP can:
   // with a reset. A FIN would tell it the stream was complete.
-  close_tcp(client_, cause == Cause::server_reset);
-  if (server_open_ && !server_closing_) {
-    server_closing_ = true;
-    close_tcp(server_, cause == Cause::client_reset && connected_);
+  client_.close(cause == Cause::server_reset);
+  server_.close(cause == Cause::client_reset && connected_);
+
+  snapshot_->registry->counters().closed.add(cause_);
+  lv_.stats->closed.add(cause_);
+  lv_.stats->bytes_in.fetch_add(c2s_.bytes, std::memory_order_relaxed);
+  lv_.stats->bytes_out.fetch_add(s2c_.bytes, std::memory_order_relaxed);
+  if (ServerState* st = connector_.server(); st != nullptr && connected_) {
+    st->bytes_in.fetch_add(c2s_.bytes, std::memory_order_relaxed);
+    st->bytes_out.fetch_add(s2c_.bytes, std::memory_order_relaxed);
   }
-}
-
-void Session::close_tcp(uv_tcp_t& tcp, bool reset) {
-  // uv_tcp_close_reset sets SO_LINGER to zero and closes; libuv refuses it
-  // after a uv_shutdown (EINVAL), and then a plain close has to do.
-  if (reset && uv_tcp_close_reset(&tcp, on_close_cb) == 0) return;
-  uv_close(as_handle(&tcp), on_close_cb);
-}
-
-void Session::on_close_cb(uv_handle_t* h) { session_of(h)->on_handle_closed(h); }
-
-void Session::on_handle_closed(uv_handle_t* h) {
-  --open_handles_;
-  if (h == as_handle(&server_)) {
-    server_open_ = false;
-    server_closing_ = false;
-    if (state_ == State::connecting) {
-      connector_.retry();
-      return;
-    }
-  }
-  if (state_ != State::closing || open_handles_ > 0) return;
-
-  if (cause_ != Cause::none) {
-    snapshot_->registry->counters().closed.add(cause_);
-    lv_.stats->closed.add(cause_);
-    lv_.stats->bytes_in.fetch_add(c2s_.bytes, std::memory_order_relaxed);
-    lv_.stats->bytes_out.fetch_add(s2c_.bytes, std::memory_order_relaxed);
-    if (ServerState* st = connector_.server(); st != nullptr && connected_) {
-      st->bytes_in.fetch_add(c2s_.bytes, std::memory_order_relaxed);
-      st->bytes_out.fetch_add(s2c_.bytes, std::memory_order_relaxed);
-    }
-    if (client_counted_) lv_.stats->clients.release(&peer_.sa);
-    if (!quiet_ && snapshot_->access_log->enabled()) write_access_record();
-    host_.unlink(*this);
-  }
-  delete this;
+  if (client_counted_) lv_.stats->clients.release(&peer_.sa);
+  if (!quiet_ && snapshot_->access_log->enabled()) write_access_record();
+  host_.unlink(*this);
+  host_.retire(*this);
 }
 
 void Session::write_access_record(bool interim) {

@@ -3,8 +3,9 @@
 //   accepted -> prereading (preread listeners) -> connecting -> proxying -> closing
 //
 // Every state change goes through set_state(); every ending through finish(),
-// which records the one termination cause. The object deletes itself in the
-// last close callback of its handles, never inside a read or write callback.
+// which records the one termination cause, closes both sockets, writes the
+// access record and hands the object to its host, which deletes it once the
+// current round of events is over (never inside one of its own callbacks).
 // The connect/retry loop is the Connector's; the preread is a PrereadStage's.
 #pragma once
 
@@ -14,9 +15,9 @@
 #include <vector>
 
 #include <netinet/in.h>
-#include <uv.h>
 
 #include "proxy/connector.hpp"
+#include "proxy/leg.hpp"
 #include "proxy/preread_stage.hpp"
 #include "proxy/pump.hpp"
 #include "proxy/session_host.hpp"
@@ -38,14 +39,15 @@ class Session {
     prereading,  // reading the first bytes (TLS ClientHello, ...) to choose an upstream
     connecting,  // a connect attempt to a server is in flight (or being retried)
     proxying,    // both pumps running
-    closing,     // finish() called; waiting for close callbacks
+    closing,     // finish() called: sockets closed, the host deletes it after this round
   };
 
   // Runs the connection `fd` (just accepted, non-blocking, from `peer`) with
-  // the listener's view `lv` in `snapshot`. Returns a libuv error when the
-  // descriptor could not be taken over (it is closed then), else 0.
-  static int accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv, int fd,
-                    const sockaddr* peer);
+  // the listener's view `lv` in `snapshot`.
+  static void accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv, int fd,
+                     const sockaddr* peer);
+  // For the host, once a retired session may go.
+  static void dispose(Session* s) { delete s; }
 
   // Ends the session now (graceful-stop deadline, server down, ...); no-op
   // when already closing.
@@ -58,8 +60,12 @@ class Session {
   // The worker's TimerQueue callback: a deadline of the session is due.
   static void fire_timer(void* owner);
 
-  // Called by the pumps.
+  // A Leg's events (see Leg::on_io).
+  void on_leg_io(Leg& leg, std::uint32_t events);
+
+  // Called by the pumps and the splicer.
   BufferPool& pool();
+  Reactor& reactor() { return host_.reactor(); }
   void touch();
   void on_pump_eof(Pump& p);
   void on_pump_fin_sent(Pump& p);
@@ -67,13 +73,12 @@ class Session {
   // the session's last act, and the close that follows at once sends it.
   bool fin_ends_session(const Pump& p) const { return (&p == &c2s_ ? s2c_ : c2s_).fin_sent; }
   void on_pump_error(Pump& p, int err, bool at_dst);
-  void on_initial_written();
   // splice = "auto": a pump is moving a stream (full buffers, well into the
   // session). Cheap when there is nothing to do.
   void on_pump_stream() {
     if (!splice_wanted_ && !splicer_ && lv_splice_auto()) want_splice();
   }
-  // A pump has no write in flight any more: a switch that waited for it may go.
+  // A pump's write queue has emptied: a switch that waited for it may go.
   void on_pump_settled() {
     if (splice_wanted_) arm_timer();
   }
@@ -96,8 +101,9 @@ class Session {
   void after_admission();
   void append_proxy_header(std::vector<std::uint8_t>& out, ProxyProtocol version);
   void begin_pg_handshake(std::vector<std::uint8_t> head);
-  static void on_pg_answer(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+  void on_pg_answer();
   void begin_preread();
+  void read_preread();
   std::unique_ptr<PrereadStage> next_stage();
   void on_stage_done();
   void on_preread_data(const char* data, std::size_t len);
@@ -106,14 +112,12 @@ class Session {
   void finish(Cause cause);
   void arm_timer();
   void on_timer();
-  void on_handle_closed(uv_handle_t* h);
   void write_access_record(bool interim = false);
   enum class Drain { moving, stalled, unknown };
   Drain peers_draining();
   std::string hash_key(const Upstream& up) const;
   std::string client_address() const;  // "ip:port", empty when unknown
   std::string client_ip() const;        // empty when unknown
-  void stop_client_reading();
   bool lv_splice_auto() const;
   void want_splice();
   bool splice_ready() const;
@@ -121,16 +125,11 @@ class Session {
 
   // For the Connector.
   uv_loop_t* loop() { return host_.loop(); }
-  uv_tcp_t* open_server();
+  Leg& open_server(int fd);
+  Leg& server_leg() { return server_; }
   void close_server_for_retry();
-  int start_server_reading() { return s2c_.start(); }
   void on_connected();
   const ListenerConfig& listener_config() const;
-
-  static void on_client_alloc(uv_handle_t* h, std::size_t suggested, uv_buf_t* buf);
-  static void on_client_read(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
-  static void on_close_cb(uv_handle_t* h);
-  static void close_tcp(uv_tcp_t& tcp, bool reset);
 
   SessionHost& host_;
   std::shared_ptr<const Snapshot> snapshot_;  // keeps the configuration alive for our lifetime
@@ -138,29 +137,27 @@ class Session {
   State state_ = State::accepted;
   Cause cause_ = Cause::none;
 
-  uv_tcp_t client_{};
-  uv_tcp_t server_{};
+  Leg client_;
+  Leg server_;
   TimerNode timer_;  // in the worker's TimerQueue while a deadline is set
-  int open_handles_ = 0;
 
   // Flags, side by side so that they share words.
-  bool server_open_ = false;       // server_ initialised and not yet closed
-  bool server_closing_ = false;    // uv_close(server_) issued, callback pending
   bool counted_ = false;           // counted in the connection totals
   bool connected_ = false;
   bool client_counted_ = false;    // holds a slot in the listener's ClientTable
   bool quiet_ = false;             // refused by policy: counted, no access record
   bool half_closed_ = false;       // a FIN has been seen: fin_timeout applies
   bool client_fin_first_ = false;
-  bool client_reading_ = false;    // the session reads the client (before c2s_ takes over)
   bool splice_wanted_ = false;     // switch to splice(2) once both sockets are quiet
+  bool spliced_ = false;           // the splicer has the sockets
 
   Pump c2s_;
   Pump s2c_;
   Connector connector_;
   std::unique_ptr<Splicer> splicer_;  // once a switch was tried (kept if it failed: never tried twice)
 
-  // Times in loop milliseconds (uv_now).
+  // Times in loop milliseconds (uv_now: the worker's loop clock, brought up
+  // to date after every wait).
   std::uint64_t start_ms_ = 0;
   std::uint64_t connected_ms_ = 0;
   std::uint64_t interim_at_ms_ = 0;     // next interim access record (log_interval); 0 = off

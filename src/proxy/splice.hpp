@@ -2,13 +2,12 @@
 // sockets are quiet, the session's two copy pumps hand their sockets to a
 // Splicer, which moves bytes socket -> pipe -> socket with splice(2), so the
 // payload never passes through sluice's memory. HAProxy's splicing, driven by
-// libuv readiness events.
+// the worker's edge-triggered readiness events.
 //
-// How it sits on libuv: the session's uv_tcp_t handles stay open (they own
-// the descriptors and close them), but neither reads nor writes any more; a
-// uv_poll_t per socket takes over the descriptor's readiness. libuv allows a
-// poll handle on a descriptor whose stream watcher is idle, which is why the
-// switch waits until no write or shutdown is in flight on either socket.
+// How it sits on the Reactor: the session's Legs stay registered as they
+// are (edge-triggered, for reading and writing) and keep their readiness
+// flags; once the session has handed over (both pumps stopped with empty
+// queues), their events come here instead of to the pumps.
 //
 // Everything the copy pumps promise holds here too, and is kept in the same
 // Pump objects so that the session cannot tell the modes apart:
@@ -32,14 +31,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <uv.h>
-
+#include "proxy/leg.hpp"
 #include "proxy/pump.hpp"
-#include "proxy/session_host.hpp"
+#include "proxy/reactor.hpp"
 
 namespace sluice {
 
-class Splicer {
+class Splicer final : public Deferred {
  public:
   // Bytes a direction must have moved, with its last read filling a whole
   // buffer, before splice = "auto" switches the session.
@@ -52,52 +50,37 @@ class Splicer {
   Splicer(const Splicer&) = delete;
   Splicer& operator=(const Splicer&) = delete;
 
-  // Takes over the descriptors of `c2s.src` (client) and `c2s.dst` (server).
-  // The caller has stopped both pumps' reading and made sure no write or
-  // shutdown is in flight. Returns false when no pipe can be had (out of
-  // descriptors): the session stays in copy mode, and keeps this object
-  // until its last close callback. `open_handles` is the session's count of
-  // handles awaiting a close callback (`close_cb`), raised for each poll
-  // handle opened.
-  bool start(uv_loop_t* loop, Pump& c2s, Pump& s2c, int& open_handles, uv_close_cb close_cb);
-  // Stops both polls and closes their handles (callbacks go to the session's
-  // close callback, `close_cb`) and closes the pipes. Call before the
-  // session's uv_tcp_t handles are closed.
-  void close(uv_close_cb close_cb);
+  // Takes over the sockets of `c2s.src` (client) and `c2s.dst` (server).
+  // The caller has stopped both pumps, whose write queues were empty.
+  // Returns false when no pipe can be had (out of descriptors): the session
+  // stays in copy mode, and keeps this object (never tried twice).
+  bool start(Pump& c2s, Pump& s2c);
+  // The events of one of the two Legs.
+  void on_io(Leg& leg);
+  // Closes the pipes (the session closes the sockets).
+  void close();
+
+  void run_deferred() override;
 
  private:
-  struct Lane;
-  struct Side : HandleOwner {
-    uv_poll_t poll{};
-    Splicer* splicer = nullptr;
-    int fd = -1;
-    int events = 0;     // what the poll is started with now
-    bool open = false;  // poll initialised (closed with the session)
-    Lane* reads = nullptr;   // the lane that reads this socket
-    Lane* writes = nullptr;  // the lane that writes it
-  };
   struct Lane {
     Pump* pump = nullptr;
-    Side* src = nullptr;
-    Side* dst = nullptr;
+    Leg* src = nullptr;
+    Leg* dst = nullptr;
     int pipe_r = -1;
     int pipe_w = -1;
     std::size_t in_pipe = 0;   // bytes spliced in and not yet out
     bool pipe_full = false;    // the last splice into the pipe found no room
-    bool dst_blocked = false;  // the last splice out found the socket full
   };
 
-  static void on_poll(uv_poll_t* h, int status, int events);
-  // Moves what it can in one lane. `try_read`: the source may have bytes.
-  // Returns false when the session ended inside (do not touch `this`).
-  bool run(Lane& l, bool try_read);
-  void update_interest(Side& s);
+  // Moves what it can in one lane. Returns false when the session ended
+  // inside (do not touch `this`).
+  bool run(Lane& l);
   bool session_closing() const;
 
-  Side client_;
-  Side server_;
   Lane c2s_;
   Lane s2c_;
+  bool started_ = false;
   bool closed_ = false;
 };
 
