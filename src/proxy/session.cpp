@@ -563,10 +563,13 @@ void Session::on_pump_error(Pump& p, int err, bool at_dst) {
   bool client_side = at_dst ? !p.src_is_client : p.src_is_client;
   SPDLOG_DEBUG("listener \"{}\" client {}: {} {} error: {}", lv_.config->name, client_address(),
                p.src_is_client ? "client->server" : "server->client", at_dst ? "write" : "read", uv_strerror(err));
-  // A side that already sent its FIN and then refuses our remaining bytes has
-  // closed; anything else is a reset.
+  // A side that already sent its FIN, all of whose bytes and its FIN have
+  // been passed on, and that then refuses our remaining bytes has closed.
+  // Anything else is a reset: in particular a FIN followed by a reset while
+  // some of that side's bytes still wait for the other peer (a FIN now
+  // would pass the cut-short stream off as complete).
   const Pump& from_side = client_side ? c2s_ : s2c_;
-  if (from_side.eof) {
+  if (from_side.fin_sent) {
     finish(client_side ? Cause::client_closed : Cause::server_closed);
   } else {
     finish(client_side ? Cause::client_reset : Cause::server_reset);
