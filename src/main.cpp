@@ -76,9 +76,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   int status = 0;
-  {
+  try {
     sluice::Control control(path, std::move(config));
     status = control.run();
+  } catch (const std::exception& e) {
+    // Out of kernel resources before anything could run (an epoll set, a
+    // thread): said plainly, not as an abort.
+    spdlog::critical("sluice: cannot start: {}", e.what());
+    status = 1;
   }
   // A log destination that stopped draining must not hang the exit: what it
   // could not take in a few seconds is lost, and the exit status stays true.

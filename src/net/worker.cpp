@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include <spdlog/spdlog.h>
 
@@ -80,7 +82,11 @@ Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   shutdown_timer_.data = this;
   timers_.emplace(&loop_, &Session::fire_timer);
   reactor_.emplace(&loop_);
-  reactor_->add(uv_backend_fd(&loop_), EPOLLIN, &loop_watcher_);
+  if (int r = reactor_->add(uv_backend_fd(&loop_), EPOLLIN, &loop_watcher_); r < 0) {
+    // Without it the mailbox would be heard only when a socket wakes the
+    // worker: nothing could work.
+    throw std::runtime_error(std::string("worker: cannot watch the loop's descriptor: ") + uv_strerror(r));
+  }
 }
 
 Worker::~Worker() { join(); }
