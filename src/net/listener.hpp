@@ -1,7 +1,7 @@
 // Listening sockets. Each worker gets its own socket per listener, bound with
-// SO_REUSEPORT so the kernel spreads new connections across workers (libuv
-// 1.44 has no flag for it, so the socket is made here and handed to
-// uv_tcp_open). Port 0 is resolved once: every worker binds the port the
+// SO_REUSEPORT so the kernel spreads new connections across workers (made
+// here; each worker watches its own in its Reactor and accepts for itself).
+// Port 0 is resolved once: every worker binds the port the
 // first socket got. The client leg's TCP options (TCP_NODELAY, keepalive) are
 // set on the listening sockets; accepted sockets inherit them.
 #pragma once
