@@ -82,6 +82,7 @@ Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   shutdown_timer_.data = this;
   timers_.emplace(&loop_, &Session::fire_timer);
   reactor_.emplace(&loop_);
+  loop_watcher_.loop = &loop_;
   if (int r = reactor_->add(uv_backend_fd(&loop_), EPOLLIN, &loop_watcher_); r < 0) {
     // Without it the mailbox would be heard only when a socket wakes the
     // worker: nothing could work.
@@ -107,18 +108,21 @@ void Worker::post(WorkerCommand command) {
   uv_async_send(&async_);
 }
 
-// Each round: wait in the Reactor for the sockets (and libuv's descriptor),
-// handle what came, run libuv's loop once without blocking if it has
-// something to do, then delete the sessions that finished. libuv's next
-// timer bounds the wait. Ends once every handle is closed after a stop.
+// Each round: wait in the Reactor for the sockets and libuv's descriptor,
+// handle what came in order (libuv's descriptor by a non-blocking turn of
+// libuv's loop), give libuv a turn too if a timer is due, then delete what
+// finished. libuv's next timer bounds the wait. Ends once every handle is
+// closed after a stop.
 void Worker::run() {
   while (!closed_ || uv_loop_alive(&loop_)) {
     ++iteration_;
-    loop_watcher_.ready = false;
     reactor_->run_once(uv_backend_timeout(&loop_));
-    if (loop_watcher_.ready || uv_backend_timeout(&loop_) == 0) uv_run(&loop_, UV_RUN_NOWAIT);
+    // Timers due, or close callbacks pending (libuv's descriptor says
+    // nothing of either).
+    if (uv_backend_timeout(&loop_) == 0) uv_run(&loop_, UV_RUN_NOWAIT);
     for (Session* s : retired_) Session::dispose(s);
     retired_.clear();
+    retired_listeners_.clear();
   }
   // Every handle has been closed by now; a non-zero result would mean a leak.
   if (int r = uv_loop_close(&loop_); r != 0) {
@@ -210,7 +214,10 @@ void Worker::on_listener_handle_closed(uv_handle_t* h) {
   auto* l = static_cast<Listener*>(h->data);
   if (--l->open_handles > 0) return;
   Worker* w = l->worker;
-  std::erase_if(w->listeners_, [l](const std::unique_ptr<Listener>& x) { return x.get() == l; });
+  for (auto& x : w->listeners_) {
+    if (x.get() == l) w->retired_listeners_.push_back(std::move(x));
+  }
+  std::erase_if(w->listeners_, [](const std::unique_ptr<Listener>& x) { return !x; });
   w->maybe_finish_stop();
 }
 

@@ -93,10 +93,12 @@ class Worker final : public SessionHost {
  private:
   struct Listener;
   // libuv's own epoll descriptor, in the Reactor: readable when a libuv
-  // handle (the mailbox, a timer's neighbour) has something to say.
+  // handle (the mailbox above all) has something to say. libuv gets its
+  // turn right then, in the order the events came: a Snapshot posted before
+  // a client connected is in place before that client is accepted.
   struct LoopWatcher final : IoWatcher {
-    bool ready = false;
-    void on_io(std::uint32_t /*events*/) override { ready = true; }
+    uv_loop_t* loop = nullptr;
+    void on_io(std::uint32_t /*events*/) override { uv_run(loop, UV_RUN_NOWAIT); }
   };
 
   void run();
@@ -129,6 +131,9 @@ class Worker final : public SessionHost {
   LoopWatcher loop_watcher_;
   std::uint64_t iteration_ = 0;  // rounds of the worker's loop so far
   std::vector<Session*> retired_;  // finished this round; deleted after it
+  // Listeners whose last handle closed this round; deleted after it (an
+  // event of the round may still name one).
+  std::vector<std::unique_ptr<Listener>> retired_listeners_;
   std::mutex mu_;
   std::deque<WorkerCommand> mailbox_;  // under mu_
   std::shared_ptr<const Snapshot> snapshot_;

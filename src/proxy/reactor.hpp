@@ -10,10 +10,10 @@
 //
 // libuv keeps what it is good at (timers, the mailbox's async handle, the
 // listeners' back-off timers): its own epoll descriptor sits in this set, and
-// the worker runs libuv's loop for one non-blocking turn only when that
-// descriptor is readable or a libuv timer is due. The worker's loop is then:
-// wait here, dispatch the events, run the deferred work, maybe one libuv
-// turn, free what was retired.
+// the worker runs libuv's loop for one non-blocking turn when that
+// descriptor's event comes (in its place among the others) or a libuv timer
+// is due. The worker's loop is then: wait here, dispatch the events, run the
+// deferred work, maybe one libuv turn for timers, free what was retired.
 //
 // Edge-triggered means an event is reported once per change; whoever gets it
 // must remember that a socket is readable (or writable) until a read (or a

@@ -189,3 +189,18 @@ def test_changing_workers_needs_a_restart_and_says_so(sluice, backends):
     s = sluice([listener()], {"up": upstream(be)})
     m = s.reload(config(s, [listener()], {"up": upstream(be)}, workers=2))
     assert "needs a restart" in m.group(0)
+
+
+def test_a_client_that_connects_after_a_reload_gets_the_new_configuration(sluice, backends):
+    # Each worker handles its mailbox (the new Snapshot, posted before the
+    # reload is reported) before a connection that arrived after it.
+    a = backends(harness.banner_handler, name="A")
+    b = backends(harness.banner_handler, name="B")
+    for workers in (1, 2):
+        s = sluice([listener()], {"up": upstream(a)}, global_={"workers": workers}, name=f"w{workers}")
+        for r in range(16):
+            target, want = (b, b"B") if r % 2 == 0 else (a, b"A")
+            s.reload(config(s, [listener()], {"up": upstream(target)}, workers=workers))
+            for _ in range(3):
+                assert harness.banner_of(s) == want, f"reload {r} with {workers} worker(s)"
+        s.stop()
