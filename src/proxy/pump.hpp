@@ -2,7 +2,7 @@
 // serves client->server and server->client (nginx's proxy_process with
 // src/dst swapped); `src_is_client` tells which one an instance is.
 //
-// Reads and writes are plain read(2)/write(2) on the Legs' descriptors,
+// Reads and writes are plain recv(2)/send(2) (sendmsg(2) for several buffers),
 // driven by the Legs' edge-triggered readiness (see reactor.hpp): pull()
 // when `src` may have bytes, flush() when `dst` may take some.
 //

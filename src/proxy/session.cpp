@@ -65,7 +65,7 @@ std::uint64_t ms(Duration d) { return static_cast<std::uint64_t>(d.count()); }
 // Writes all of `data` to a socket that has taken nothing yet (a reply of a
 // few bytes): the kernel takes it whole, or something is wrong.
 bool write_whole(int fd, const void* data, std::size_t len) {
-  return ::write(fd, data, len) == static_cast<ssize_t>(len);
+  return ::send(fd, data, len, MSG_NOSIGNAL) == static_cast<ssize_t>(len);
 }
 
 }  // namespace
@@ -264,7 +264,7 @@ void Session::on_leg_io(Leg& leg, std::uint32_t events) {
 void Session::read_preread() {
   while (state_ == State::prereading && client_.readable) {
     Buffer* b = pool().get();
-    const ssize_t n = ::read(client_.fd, b->data, Buffer::kSize);
+    const ssize_t n = ::recv(client_.fd, b->data, Buffer::kSize, 0);
     if (n > 0) {
       if (static_cast<std::size_t>(n) < Buffer::kSize && !client_.rdhup) client_.readable = false;
       on_preread_data(b->data, static_cast<std::size_t>(n));
@@ -449,7 +449,7 @@ void Session::begin_pg_handshake(std::vector<std::uint8_t> head) {
 void Session::on_pg_answer() {
   if (!server_.readable) return;
   Buffer* b = pool().get();
-  const ssize_t n = ::read(server_.fd, b->data, Buffer::kSize);
+  const ssize_t n = ::recv(server_.fd, b->data, Buffer::kSize, 0);
   const char answer = n > 0 ? b->data[0] : '\0';
   pool().put(b);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
