@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <set>
+#include <stdexcept>
 
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
@@ -144,23 +146,21 @@ bool Control::start() {
   stopped_async_.data = this;
   for (unsigned w = 0; w < nworkers_; ++w) workers_.push_back(std::make_unique<Worker>(w, &stopped_async_));
 
-  // The handlers are in place before the first listener opens: a caller that
-  // sees "listening" and sends SIGUSR1 or SIGHUP must not kill the process.
-  // The signals stay blocked (see block_signals) until the workers run.
-  for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) {
-    uv_signal_init(loop_, sig);
-    sig->data = this;
-  }
-  uv_signal_start(&sigterm_, on_signal, SIGTERM);
-  uv_signal_start(&sigint_, on_signal, SIGINT);
-  uv_signal_start(&sighup_, on_signal, SIGHUP);
-  uv_signal_start(&sigusr1_, on_signal, SIGUSR1);
+  // Read before the first listener opens: a caller that sees "listening"
+  // and sends SIGUSR1 or SIGHUP finds it handled once the loop runs. The
+  // signals were blocked before any thread started (see block_signals).
+  const sigset_t handled = handled_signals();
+  signal_fd_ = ::signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signal_fd_ < 0) throw std::runtime_error(std::string("cannot create a signalfd: ") + std::strerror(errno));
+  uv_poll_init(loop_, &signal_poll_, signal_fd_);
+  signal_poll_.data = this;
+  uv_poll_start(&signal_poll_, UV_READABLE, on_signal_fd);
   ReloadResult r = apply(initial_);
   if (r.ok) {
     if (std::string err = start_admin(config); !err.empty()) r = {false, err};
   }
   if (!r.ok) {
-    for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_close(as_handle(sig), nullptr);
+    close_signal_fd();
     if (admin_http_) admin_http_->close([] {});
     spdlog::critical("{}", r.message);
     for (auto& w : workers_) w->post(WorkerCommand::of(WorkerCommand::Kind::stop));
@@ -175,10 +175,6 @@ bool Control::start() {
   tick_.data = this;
   uv_timer_start(&tick_, on_tick, 1000, 1000);
   for (auto& w : workers_) w->start();
-  // The workers inherited the block: from now on the handled signals reach
-  // this thread only, and any that came while starting are handled now.
-  const sigset_t handled = handled_signals();
-  pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
   spdlog::info("sluice {} started: {} worker(s), {} listener(s)", SLUICE_VERSION, nworkers_,
                config.listeners.size());
   notify_systemd("READY=1\nSTATUS=running, configuration generation " + std::to_string(generation_));
@@ -347,29 +343,55 @@ void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
   }
 }
 
-void Control::on_signal(uv_signal_t* h, int signum) {
+void Control::on_signal_fd(uv_poll_t* h, int status, int) {
   auto* c = static_cast<Control*>(h->data);
+  if (status < 0) return;
+  // Each standard signal is queued once however often it came, as with a
+  // handler; several different ones are taken in the order read.
+  signalfd_siginfo info{};
+  while (true) {
+    const ssize_t n = ::read(c->signal_fd_, &info, sizeof info);
+    if (n != static_cast<ssize_t>(sizeof info)) {
+      if (n < 0 && errno == EINTR) continue;
+      return;  // EAGAIN: nothing more for now
+    }
+    c->on_signal(static_cast<int>(info.ssi_signo));
+    if (c->signal_fd_ < 0) return;  // the loop is closing
+  }
+}
+
+void Control::close_signal_fd() {
+  if (signal_fd_ < 0) return;
+  // The signals stay blocked: from here on they wait unread and end nothing.
+  uv_close(as_handle(&signal_poll_), [](uv_handle_t* h) {
+    auto* c = static_cast<Control*>(h->data);
+    ::close(c->signal_fd_);
+    c->signal_fd_ = -1;
+  });
+}
+
+void Control::on_signal(int signum) {
   switch (signum) {
     case SIGTERM:
     case SIGINT:
-      if (c->stopping_) {
+      if (stopping_) {
         spdlog::info("received {} again: closing every session now", signum == SIGINT ? "SIGINT" : "SIGTERM");
-        c->begin_stop(true);
+        begin_stop(true);
       } else {
         spdlog::info("received {}: graceful stop", signum == SIGINT ? "SIGINT" : "SIGTERM");
-        c->begin_stop(false);
+        begin_stop(false);
       }
       return;
     case SIGHUP: {
-      if (c->stopping_) {
+      if (stopping_) {
         spdlog::info("received SIGHUP while stopping: reload ignored");
         return;
       }
-      c->reload("SIGHUP");
+      reload("SIGHUP");
       return;
     }
     case SIGUSR1:
-      c->reopen_logs();
+      reopen_logs();
       return;
     default:
       return;
@@ -506,7 +528,7 @@ void Control::begin_stop(bool now) {
     // The remaining handles must not keep the control loop alive once the
     // workers are done; signals stay handled meanwhile (a HUP or USR1 during
     // the drain must not kill the process).
-    for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_unref(as_handle(sig));
+    uv_unref(as_handle(&signal_poll_));
     uv_unref(as_handle(&tick_));
   }
   for (auto& w : workers_) {
@@ -526,16 +548,8 @@ void Control::on_workers_stopped() {
   if (handles_closed_) return;
   handles_closed_ = true;
   // What is left is writing out the log and exiting: the handled signals are
-  // ignored from here on. Closing a signal's last libuv handle restores its
-  // default action (for SIGHUP and SIGUSR1: the end of the process), so they
-  // stay blocked in this thread until SIG_IGN replaces it; the other threads
-  // block them since they started.
-  const sigset_t handled = handled_signals();
-  sigset_t before;
-  pthread_sigmask(SIG_BLOCK, &handled, &before);
-  for (auto* sig : {&sigterm_, &sigint_, &sighup_, &sigusr1_}) uv_close(as_handle(sig), nullptr);
-  for (int sig : kHandledSignals) std::signal(sig, SIG_IGN);
-  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  // no longer read (and, blocked, still end nothing).
+  close_signal_fd();
   uv_close(as_handle(&tick_), nullptr);
   if (health_) health_->stop([] {});
   if (admin_http_) admin_http_->close([] {});

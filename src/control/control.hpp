@@ -34,9 +34,10 @@ class Control {
  public:
   // Blocks the signals the control loop handles (SIGTERM, SIGINT, SIGHUP,
   // SIGUSR1) in the calling thread. Call it before any other thread starts:
-  // every thread inherits the block, a signal that comes while sluice starts
-  // waits instead of killing it, and run() unblocks them in the control
-  // loop's thread only, once its handlers are in place.
+  // every thread inherits the block and it is never lifted, so no handler
+  // ever runs and none of them can end the process. The control loop reads
+  // them from a signalfd instead, one at a time in its own turn; one that
+  // comes while sluice starts waits there until the loop runs.
   static void block_signals();
 
   Control(std::string config_path, std::shared_ptr<const Config> config);
@@ -91,7 +92,9 @@ class Control {
   admin::ProcessInfo process_info() const;
   void close_sessions(std::shared_ptr<const ServerState> server, Cause cause);
 
-  static void on_signal(uv_signal_t* h, int signum);
+  static void on_signal_fd(uv_poll_t* h, int status, int events);
+  void on_signal(int signum);
+  void close_signal_fd();
   static void on_stopped_async(uv_async_t* a);
   static void on_tick(uv_timer_t* t);
 
@@ -105,10 +108,8 @@ class Control {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::unique_ptr<Socket>> sockets_;
   std::uint64_t next_socket_id_ = 1;
-  uv_signal_t sigterm_{};
-  uv_signal_t sigint_{};
-  uv_signal_t sighup_{};
-  uv_signal_t sigusr1_{};
+  int signal_fd_ = -1;          // signalfd of the blocked, handled signals
+  uv_poll_t signal_poll_{};
   uv_async_t stopped_async_{};
   uv_timer_t tick_{};           // once a second: housekeeping (dropped log records)
   DropReporter log_drops_;
