@@ -215,8 +215,10 @@ def exhaust_server_sockets(s, cap: int, held: list) -> None:
     warm.close()
     s.wait_records(1)
     if (cap - open_fds(s.pid)) % 2 == 0:
-        held.append(s.connect("hold"))
+        # Counted before the connect: sluice may accept it before a count
+        # taken after would be read.
         before = open_fds(s.pid)
+        held.append(s.connect("hold"))
         harness.wait_until(lambda: open_fds(s.pid) == before + 1, timeout=5)
     for _ in range(cap):
         c = s.connect("main", timeout=5)
