@@ -66,20 +66,34 @@ class DamagingRelay:
     def __call__(self, backend: harness.Backend, client: socket.socket):
         server = socket.create_connection(self.target, timeout=10)
         try:
-            down = threading.Thread(target=self._pump, args=(server, client, True, client, server),
+            ended = threading.Event()  # set once "fin_down" has ended the stream
+            down = threading.Thread(target=self._pump, args=(server, client, True, client, server, ended),
                                     daemon=True)
             down.start()
-            self._pump(client, server, False, client, server)
+            self._pump(client, server, False, client, server, ended)
             down.join(30)
         finally:
             server.close()
 
-    def _pump(self, src, dst, down, client, server):
+    @staticmethod
+    def _drain(client):
+        # What the client still uploads after the early FIN is read and
+        # dropped until its EOF: closed with unread bytes, the socket would
+        # send a reset, and the client would see that instead of the EOF.
+        try:
+            while client.recv(65536):
+                pass
+        except OSError:
+            pass
+
+    def _pump(self, src, dst, down, client, server, ended):
         seen = 0
         damaged_dir = self.how.endswith("_down") == down
         try:
             while True:
                 data = bytearray(src.recv(65536))
+                if ended.is_set() and not down:
+                    return self._drain(client)
                 if not data:
                     dst.shutdown(socket.SHUT_WR)
                     return
@@ -89,12 +103,15 @@ class DamagingRelay:
                         data[i] ^= 0xFF
                     else:
                         dst.sendall(data[:i])
-                        client.shutdown(socket.SHUT_RDWR)
+                        ended.set()
+                        client.shutdown(socket.SHUT_WR)
                         server.shutdown(socket.SHUT_RDWR)
                         return
                 seen += len(data)
                 dst.sendall(data)
         except OSError:
+            if ended.is_set() and not down:
+                return self._drain(client)
             # The other side reset: end both, so that the client is not left
             # waiting.
             for sock in (client, server):
