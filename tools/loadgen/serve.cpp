@@ -217,7 +217,17 @@ class TlsConn : public Handler {
 
 class Listener : public Handler {
  public:
-  Listener(ServerContext& ctx, int fd) : ctx_(ctx), fd_(fd) { ctx_.poller->add(fd_, EPOLLIN, this); }
+  Listener(ServerContext& ctx, int fd) : ctx_(ctx), fd_(fd) {
+    if (ctx_.mode == Mode::integrity) {
+      // Accepted sockets inherit it: a kill between accept() and the
+      // connection's own setting must reset, not end with a clean FIN.
+      linger l{};
+      l.l_onoff = 1;
+      l.l_linger = 0;
+      setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    }
+    ctx_.poller->add(fd_, EPOLLIN, this);
+  }
   ~Listener() override { close(fd_); }
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
