@@ -65,5 +65,7 @@ bool decode_trailer(const char* in, Trailer& out);
 // sockets have SO_LINGER 0 until the trailer is sent, so a backend killed
 // mid-session resets its connections instead of ending them with FIN.
 void serve_connection(Poller& poller, int fd);
+// SO_LINGER 0 (a close resets) or off (a close sends a FIN).
+void set_linger(int fd, bool reset_on_close);
 
 }  // namespace loadgen::integrity

@@ -24,13 +24,6 @@ char* read_buffer() {
   return buf.data();
 }
 
-void set_linger(int fd, bool reset_on_close) {
-  linger l{};
-  l.l_onoff = reset_on_close ? 1 : 0;
-  l.l_linger = 0;
-  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-}
-
 // One line to stdout, flushed: the runner reads it while this process may
 // be killed at any moment.
 void report(const std::string& line) {
@@ -184,6 +177,13 @@ class IntegrityConn : public Handler {
 };
 
 }  // namespace
+
+void set_linger(int fd, bool reset_on_close) {
+  linger l{};
+  l.l_onoff = reset_on_close ? 1 : 0;
+  l.l_linger = 0;
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
 
 void serve_connection(Poller& poller, int fd) { new IntegrityConn(poller, fd); }
 

@@ -221,10 +221,7 @@ class Listener : public Handler {
     if (ctx_.mode == Mode::integrity) {
       // Accepted sockets inherit it: a kill between accept() and the
       // connection's own setting must reset, not end with a clean FIN.
-      linger l{};
-      l.l_onoff = 1;
-      l.l_linger = 0;
-      setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+      integrity::set_linger(fd_, true);
     }
     ctx_.poller->add(fd_, EPOLLIN, this);
   }
