@@ -1128,22 +1128,25 @@ def main():
             ctx.rep = rep
             # Rotate the order so that no system always runs first or last.
             k = rep % len(args.systems)
-            for system in args.systems[k:] + args.systems[:k]:
-                for load in args.load_list:
-                    if isinstance(results[system].get(load), str):
-                        continue  # failed before; do not retry every repeat
-                    try:
-                        run = run_load(ctx, system, binaries[system], load, f"{load}-{rep}")
-                        results[system].setdefault(load, []).append(run)
-                        print(f"[{time.monotonic() - started:6.1f}s] {system:8} {load:5} run {rep + 1}: "
-                              + ", ".join(f"{k}={v:.4g}" for k, v in run.items()
-                                          if isinstance(v, (int, float))),
-                              file=sys.stderr, flush=True)
-                    except (BenchError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
-                        msg = str(exc).replace("\n", " ")
-                        results[system][load] = msg
-                        print(f"[{time.monotonic() - started:6.1f}s] {system:8} {load:5} FAILED: {msg}",
-                              file=sys.stderr, flush=True)
+            # Every system runs a load before the next load begins: the runs
+            # that a ratio compares are a minute apart, not a whole round of
+            # loads, so the machine's drift between them stays small.
+            order = args.systems[k:] + args.systems[:k]
+            for load, system in [(l, s) for l in args.load_list for s in order]:
+                if isinstance(results[system].get(load), str):
+                    continue  # failed before; do not retry every repeat
+                try:
+                    run = run_load(ctx, system, binaries[system], load, f"{load}-{rep}")
+                    results[system].setdefault(load, []).append(run)
+                    print(f"[{time.monotonic() - started:6.1f}s] {system:8} {load:5} run {rep + 1}: "
+                          + ", ".join(f"{k}={v:.4g}" for k, v in run.items()
+                                      if isinstance(v, (int, float))),
+                          file=sys.stderr, flush=True)
+                except (BenchError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
+                    msg = str(exc).replace("\n", " ")
+                    results[system][load] = msg
+                    print(f"[{time.monotonic() - started:6.1f}s] {system:8} {load:5} FAILED: {msg}",
+                          file=sys.stderr, flush=True)
     except BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
