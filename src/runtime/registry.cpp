@@ -1,5 +1,7 @@
 #include "runtime/registry.hpp"
 
+#include <unordered_set>
+
 #include "log/access_log.hpp"
 
 namespace sluice {
@@ -22,11 +24,16 @@ std::shared_ptr<ServerState> Registry::server(const UpstreamConfig& upstream, co
     state = std::make_shared<ServerState>(upstream.name, server.address, upstream.max_fails, upstream.fail_timeout);
     slot = state;
   }
-  // Forget entries nobody holds any more (servers removed long ago).
-  for (auto it = servers_.begin(); it != servers_.end();) {
-    it = it->second.expired() ? servers_.erase(it) : std::next(it);
-  }
   return state;
+}
+
+void Registry::forget_servers_except(const std::vector<const ServerState*>& kept) {
+  std::lock_guard lock(mu_);
+  std::unordered_set<const ServerState*> keep(kept.begin(), kept.end());
+  for (auto it = servers_.begin(); it != servers_.end();) {
+    const std::shared_ptr<ServerState> s = it->second.lock();
+    it = s && keep.count(s.get()) ? std::next(it) : servers_.erase(it);
+  }
 }
 
 std::vector<std::shared_ptr<ServerState>> Registry::servers() const {

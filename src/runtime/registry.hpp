@@ -1,7 +1,7 @@
 // The long-lived half of the runtime: state that must outlive any one
 // configuration. Server state is keyed by upstream name + server address, so
 // a reload that keeps a server keeps its active count, health, drain flag and
-// runtime weight. Process and listener counters live here too, so that a
+// runtime weight; a reload that removes one forgets it. Process and listener counters live here too, so that a
 // reload never resets max_connections accounting or what /metrics reports.
 //
 // Lookups take a lock; they happen only while a Snapshot is built (control
@@ -56,11 +56,17 @@ class Registry {
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  // The state of `server` in `upstream`: the existing one if any Snapshot
-  // still holds it, else a new one. Passive health takes the upstream's
-  // current parameters.
+  // The state of `server` in `upstream`: the one the current Snapshot has,
+  // else a new one. Passive health takes the upstream's current parameters.
   std::shared_ptr<ServerState> server(const UpstreamConfig& upstream, const ServerConfig& server);
-  // Every server state that is still alive (in a current or an old Snapshot).
+  // Called once a new Snapshot holds `kept`: every other server was removed
+  // by the reload. Old Snapshots (sessions still running) keep their state
+  // objects, but a later reload that adds such a server back gets a fresh
+  // one: what was set on it at run time (drain, weight, health) is
+  // forgotten, as if it had never been there, however long its old
+  // sessions last.
+  void forget_servers_except(const std::vector<const ServerState*>& kept);
+  // The server states the registry still knows (those of the current Snapshot).
   std::vector<std::shared_ptr<ServerState>> servers() const;
 
   std::shared_ptr<ListenerStats> listener(const std::string& name);

@@ -18,10 +18,14 @@ std::shared_ptr<const Snapshot> Snapshot::build(std::shared_ptr<const Config> cf
   snap->access_log = registry.access_log(config.global);
 
   std::random_device rd;
+  std::vector<const ServerState*> kept;
   for (const auto& [name, up] : config.upstreams) {
     std::vector<std::shared_ptr<ServerState>> states;
     states.reserve(up.servers.size());
-    for (const ServerConfig& s : up.servers) states.push_back(registry.server(up, s));
+    for (const ServerConfig& s : up.servers) {
+      states.push_back(registry.server(up, s));
+      kept.push_back(states.back().get());
+    }
     const std::uint64_t seed = (std::uint64_t{rd()} << 32) ^ rd();
     snap->upstreams.emplace(name, std::make_unique<Upstream>(up, std::move(states), seed));
   }
@@ -34,6 +38,7 @@ std::shared_ptr<const Snapshot> Snapshot::build(std::shared_ptr<const Config> cf
     v.stats = registry.listener(l.name);
     snap->listeners.push_back(std::move(v));
   }
+  registry.forget_servers_except(kept);
   return snap;
 }
 

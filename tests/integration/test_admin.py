@@ -836,6 +836,9 @@ def test_weight_changes_and_bad_weights(admin_sluice, backends):
 def test_runtime_state_survives_reload(admin_sluice, backends):
     s, a, b = two_servers(admin_sluice, backends)
     gen0 = status(s)["config"]["generation"]
+    # A session on A that lives through every reload below: it holds the
+    # first configuration, and with it A's old state, until the end.
+    live = open_to(s, "A")
     assert request(s, "POST", server_path("up", a.address, "drain")).status == 200
     assert request(s, "PUT", server_path("up", b.address, "weight"), body="7").status == 200
 
@@ -863,6 +866,8 @@ def test_runtime_state_survives_reload(admin_sluice, backends):
     assert request(s, "POST", "/reload").status == 200
     assert server_of(status(s), "up", a.address)["state"] == "up"
     assert "A" in banners(s, 4)
+    echo_ok(live)  # never cut by the reloads
+    live.close()
 
 
 def test_unknown_paths_and_wrong_methods(admin_sluice, backends):

@@ -60,18 +60,35 @@ TEST_CASE("a Snapshot swap keeps each server's active count and health") {
   up_a->release(1);
   CHECK(up_b->server(0).active == 1);
 
-  // Put 5001 back: its state is still alive (the old Snapshot holds it), so
-  // its passive health carries over too.
-  auto c = Snapshot::build(config_of(kAB), registry, 3);
-  CHECK(&c->find_upstream("pg")->server(0) == &s5001);
-  CHECK_FALSE(c->find_upstream("pg")->server(0).passive_up());
-  CHECK(registry.servers().size() == 3);
-
-  // Once no Snapshot holds a server, the registry forgets it.
-  a.reset();
-  c.reset();
-  auto d = Snapshot::build(config_of(kBC), registry, 4);
+  // The registry knows only the current Snapshot's servers, although the
+  // old Snapshot (its sessions) still holds 5001's state.
   CHECK(registry.servers().size() == 2);
+  CHECK_FALSE(s5001.passive_up());
+
+  // Put 5001 back while the old Snapshot lives: the removal forgot it, so
+  // it comes back afresh, not with the failures it had before.
+  auto c = Snapshot::build(config_of(kAB), registry, 3);
+  CHECK(&c->find_upstream("pg")->server(0) != &s5001);
+  CHECK(c->find_upstream("pg")->server(0).passive_up());
+  CHECK(&c->find_upstream("pg")->server(1) == &s5002);
+  CHECK(registry.servers().size() == 2);
+}
+
+TEST_CASE("a server removed and put back forgets its drain, weight and health, even with old sessions") {
+  Registry registry;
+  auto a = Snapshot::build(config_of(kAB), registry, 1);
+  ServerState& old5001 = a->find_upstream("pg")->server(0);
+  old5001.set_admin(AdminState::drain);
+  old5001.set_weight_override(9, 1);
+  old5001.set_active(ActiveState::down, "HTTP 503");
+
+  auto b = Snapshot::build(config_of(kBC), registry, 2);  // a stays alive: a session holds it
+  auto c = Snapshot::build(config_of(kAB), registry, 3);
+  const Upstream& up = *c->find_upstream("pg");
+  CHECK(up.server(0).admin() != AdminState::drain);
+  CHECK(up.server(0).active_state() != ActiveState::down);
+  CHECK(up.base_weight(0) == 1);
+  CHECK(old5001.admin() == AdminState::drain);  // the old sessions' state is untouched
 }
 
 TEST_CASE("active health, drain and runtime weight survive a reload; a changed file weight wins") {
