@@ -160,6 +160,10 @@ struct ListenerConfig {
   std::uint32_t tries = 3;               // connect attempts per session, >= 1
   Duration next_upstream_timeout{0};     // 0 = unlimited
   Duration fin_timeout = std::chrono::seconds(30);  // inactivity after the first FIN
+  // A FIN is passed on and the other direction goes on (true), or the first
+  // FIN, once the bytes before it are delivered, ends the session (false:
+  // nginx's default, proxy_half_close off).
+  bool half_close = true;
   Duration max_lifetime{0};              // 0 = off
   std::uint32_t backlog = 511;
   // TCP keepalive on both legs.

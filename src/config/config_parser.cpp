@@ -375,7 +375,8 @@ class Parser {
                            "preread_timeout", "preread_max_bytes", "routes", "default_upstream", "on_not_tls",
                            "on_malformed", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_interval",
                            "tcp_keepalive_count", "accept_proxy", "trusted_proxies", "allow", "deny",
-                           "max_connections", "client_max_connections", "client_rate_limit", "splice"});
+                           "max_connections", "client_max_connections", "client_rate_limit", "splice",
+                           "half_close"});
 
     r.require("name");
     l.name = *r.string("name");
@@ -427,6 +428,11 @@ class Parser {
     if (auto v = r.duration("idle_timeout", true)) l.idle_timeout = *v;
     if (auto v = r.integer("tries", 1, 100)) l.tries = static_cast<std::uint32_t>(*v);
     if (auto v = r.duration("next_upstream_timeout", true)) l.next_upstream_timeout = *v;
+    if (auto v = r.boolean("half_close")) l.half_close = *v;
+    if (!l.half_close && r.has("fin_timeout")) {
+      r.fail_key("fin_timeout",
+                 "fin_timeout is allowed only with half_close = true (without half-close a FIN ends the session)");
+    }
     if (auto v = r.duration("fin_timeout", false)) l.fin_timeout = *v;
     if (auto v = r.duration("max_lifetime", true)) l.max_lifetime = *v;
     if (auto v = r.integer("backlog", 1, 65535)) l.backlog = static_cast<std::uint32_t>(*v);

@@ -508,6 +508,8 @@ void Session::start_proxying() {
 
 bool Session::lv_splice_auto() const { return lv_.config->splice == Splice::automatic; }
 
+bool Session::half_close() const { return lv_.config->half_close; }
+
 void Session::want_splice() {
   splice_wanted_ = true;
   arm_timer();
@@ -551,8 +553,10 @@ void Session::on_pump_eof(Pump& p) {
   }
 }
 
+// Without half-close the first FIN passed on ends the session: what the
+// other side still sends is not read (nginx's proxy_half_close off).
 void Session::on_pump_fin_sent(Pump& /*p*/) {
-  if (c2s_.fin_sent && s2c_.fin_sent) {
+  if ((c2s_.fin_sent && s2c_.fin_sent) || !half_close()) {
     finish(client_fin_first_ ? Cause::client_closed : Cause::server_closed);
   } else {
     on_pump_settled();

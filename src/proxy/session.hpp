@@ -69,9 +69,12 @@ class Session {
   void touch();
   void on_pump_eof(Pump& p);
   void on_pump_fin_sent(Pump& p);
-  // The other direction has finished (its FIN was sent): `p`'s FIN would be
-  // the session's last act, and the close that follows at once sends it.
-  bool fin_ends_session(const Pump& p) const { return (&p == &c2s_ ? s2c_ : c2s_).fin_sent; }
+  // The other direction has finished (its FIN was sent), or the listener
+  // has half_close = false: `p`'s FIN is the session's last act, and the
+  // close that follows at once sends it.
+  bool fin_ends_session(const Pump& p) const {
+    return !half_close() || (&p == &c2s_ ? s2c_ : c2s_).fin_sent;
+  }
   void on_pump_error(Pump& p, int err, bool at_dst);
   // splice = "auto": a pump is moving a stream (full buffers, well into the
   // session). Cheap when there is nothing to do.
@@ -119,6 +122,7 @@ class Session {
   std::string client_address() const;  // "ip:port", empty when unknown
   std::string client_ip() const;        // empty when unknown
   bool lv_splice_auto() const;
+  bool half_close() const;
   void want_splice();
   bool splice_ready() const;
   void switch_to_splice();

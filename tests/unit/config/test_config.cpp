@@ -26,7 +26,8 @@ const std::string kListenerKeys =
     "allowed: name, listen, upstream, connect_timeout, idle_timeout, tries, next_upstream_timeout, fin_timeout, "
     "max_lifetime, backlog, preread, preread_timeout, preread_max_bytes, routes, default_upstream, on_not_tls, "
     "on_malformed, tcp_keepalive, tcp_keepalive_idle, tcp_keepalive_interval, tcp_keepalive_count, accept_proxy, "
-    "trusted_proxies, allow, deny, max_connections, client_max_connections, client_rate_limit, splice";
+    "trusted_proxies, allow, deny, max_connections, client_max_connections, client_rate_limit, splice, "
+    "half_close";
 const std::string kUpstreamKeys =
     "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, all_down, proxy_protocol, "
     "drain_timeout, servers, health";

@@ -1,5 +1,5 @@
 // [[listener]] keys for keepalive, PROXY protocol, address lists, limits,
-// splice and PostgreSQL preread.
+// splice, half-close and PostgreSQL preread.
 #include <string>
 
 #include <doctest/doctest.h>
@@ -140,12 +140,19 @@ TEST_CASE("[[listener]]: limits and splice") {
                               "no limit)"),
       listener_case("splice = \"on\"\n", at5(10) + "splice must be one of off|pipe|auto, got \"on\""),
       listener_case("splice = true\n", at5(10) + "splice must be a string, got boolean true"),
+      listener_case("half_close = \"off\"\n",
+                    at5(14) + "half_close must be a boolean (true or false), got string \"off\""),
+      listener_case("half_close = false\nfin_timeout = \"10s\"\n",
+                    at6(1) + "fin_timeout is allowed only with half_close = true (without half-close a FIN "
+                             "ends the session)"),
   });
   const auto d = sluice::parse_config(kTail, "x.toml").listeners[0];
   CHECK(d.max_connections == 0);
   CHECK(d.client_max_connections == 0);
   CHECK(d.client_rate_limit.per_second == 0.0);
   CHECK(d.splice == sluice::Splice::off);
+  CHECK(d.half_close);
+  CHECK_FALSE(sluice::parse_config(kL + "half_close = false\n" + kUpstreamU, "x.toml").listeners[0].half_close);
   const auto c = sluice::parse_config(kL + "max_connections = 5000\nclient_max_connections = 10\n"
                                            "client_rate_limit = \"6000/m\"\nsplice = \"auto\"\n" + kUpstreamU,
                                       "x.toml")
