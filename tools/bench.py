@@ -33,9 +33,16 @@ from pathlib import Path
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ALL_SYSTEMS = ["sluice", "haproxy", "nginx"]
-# sluice with a listener splice mode other than the default: opt-in systems
+# sluice with listener settings other than the defaults: opt-in systems
 # (e.g. --only sluice,sluice-pipe,sluice-auto,haproxy,nginx --loads bulk).
-SPLICE_SYSTEMS = {"sluice-pipe": "pipe", "sluice-auto": "auto"}
+# sluice-nohalfclose ends a session on its first FIN, like nginx's default.
+VARIANT_SYSTEMS = {"sluice-pipe": ['splice = "pipe"'], "sluice-auto": ['splice = "auto"'],
+                   "sluice-nohalfclose": ["half_close = false"]}
+# nginx with `proxy_half_close on`: a FIN is passed on and the session waits
+# for the other side's, as sluice always does and HAProxy does by default
+# (nginx's default closes both sides on the first FIN). Opt-in, beside nginx.
+NGINX_HALF_CLOSE = "nginx-halfclose"
+PEERS = ("haproxy", "nginx", NGINX_HALF_CLOSE)
 ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "idle", "tls", "sys", "sys_sc",
              "pgbench", "pgbench_c", "conn_1000", "conn_1000_hash"]
 PG_LOADS = ("pgbench", "pgbench_c")
@@ -282,7 +289,7 @@ def server_address(server):
     return server if isinstance(server, str) else f"127.0.0.1:{server}"
 
 
-def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", splice=None):
+def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", settings=()):
     out = [
         "[global]",
         "workers = 1",
@@ -299,8 +306,7 @@ def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", splic
         # server connection. Measured like for like.
         "tcp_keepalive = false",
     ]
-    if splice:
-        out.append(f'splice = "{splice}"')
+    out += settings
     upstreams = {}
     if tls:
         names = list(tls)
@@ -353,7 +359,8 @@ def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn"):
     return "\n".join(out) + "\n"
 
 
-def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn"):
+def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn",
+                 half_close=False):
     out = [
         f"load_module {NGINX_STREAM_MODULE};",
         "worker_processes 1;",
@@ -387,6 +394,8 @@ def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn
         f"    proxy_connect_timeout {CONNECT_TIMEOUT_S}s;",
         f"    proxy_timeout {IDLE_TIMEOUT_S}s;",
     ]
+    if half_close:
+        out.append("    proxy_half_close on;")
     if tls:
         out += ["    ssl_preread on;", "    preread_timeout 5s;", "    proxy_pass $bench_upstream;"]
     else:
@@ -405,9 +414,9 @@ class Proxy:
         self.log = os.path.join(workdir, f"{system}-{tag}.log")
         conf_dir = os.path.join(workdir, f"{system}-{tag}")
         os.makedirs(conf_dir, exist_ok=True)
-        if system in ("sluice", "sluice-base") or system in SPLICE_SYSTEMS:
+        if system in ("sluice", "sluice-base") or system in VARIANT_SYSTEMS:
             path = os.path.join(conf_dir, "sluice.toml")
-            text = sluice_config(self.port, plain, tls, balance, SPLICE_SYSTEMS.get(system))
+            text = sluice_config(self.port, plain, tls, balance, VARIANT_SYSTEMS.get(system, ()))
             argv = [binary, "-c", path]
         elif system == "haproxy":
             path = os.path.join(conf_dir, "haproxy.cfg")
@@ -415,7 +424,8 @@ class Proxy:
             argv = [binary, "-db", "-f", path]
         else:
             path = os.path.join(conf_dir, "nginx.conf")
-            text = nginx_config(self.port, conf_dir, plain, tls, balance)
+            text = nginx_config(self.port, conf_dir, plain, tls, balance,
+                                half_close=system == NGINX_HALF_CLOSE)
             argv = [binary, "-p", conf_dir, "-e", os.path.join(conf_dir, "nginx-error.log"),
                     "-c", path]
         with open(path, "w") as f:
@@ -932,10 +942,10 @@ def print_table(load, summary, systems, profile):
         cells.append(f"{s['client_busy']:.0f}" if s.get("client_busy") is not None else "–")
         print("| " + " | ".join(cells) + " |")
     ratio_rows = []
-    for mine in [m for m in systems if m in ("sluice", "sluice-base") or m in SPLICE_SYSTEMS]:
+    for mine in [m for m in systems if m in ("sluice", "sluice-base") or m in VARIANT_SYSTEMS]:
         if isinstance(summary[mine], str):
             continue
-        others = ["haproxy", "nginx"]
+        others = list(PEERS)
         if mine == "sluice":
             others.insert(0, "sluice-base")
         for other in others:
@@ -994,7 +1004,7 @@ HEADLINES = [
 
 
 def print_summary(summaries, systems):
-    others = [o for o in ("haproxy", "nginx") if o in systems and "sluice" in systems]
+    others = [o for o in PEERS if o in systems and "sluice" in systems]
     header = ["figure"] + systems + [f"sluice/{o}" for o in others]
     print("\n### summary (medians)\n")
     print("| " + " | ".join(header) + " |")
@@ -1050,7 +1060,8 @@ def parse_args():
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--only", default=",".join(ALL_SYSTEMS),
                     help="comma-separated systems (sluice,haproxy,nginx; also "
-                         + ",".join(SPLICE_SYSTEMS) + ": sluice with that splice mode)")
+                         + ",".join(VARIANT_SYSTEMS) + ": sluice with that listener setting; "
+                         + NGINX_HALF_CLOSE + ": nginx with proxy_half_close on)")
     ap.add_argument("--loads", default=",".join(ALL_LOADS),
                     help="comma-separated loads (" + ",".join(ALL_LOADS) + ")")
     ap.add_argument("--profile", choices=sorted(PROFILES), default="full",
@@ -1065,7 +1076,8 @@ def parse_args():
     args.load_list = [l for l in args.loads.split(",") if l]
     if args.sluice_base and "sluice-base" not in args.systems:
         args.systems.insert(1, "sluice-base")
-    bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in SPLICE_SYSTEMS
+    bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in VARIANT_SYSTEMS
+           and s != NGINX_HALF_CLOSE
            and not (s == "sluice-base" and args.sluice_base)] + \
           [l for l in args.load_list if l not in ALL_LOADS]
     if bad:
@@ -1098,7 +1110,8 @@ def main():
         print(f"bench: loadgen not found at {args.loadgen} (build it first)", file=sys.stderr)
         return 2
     binaries = {"sluice": args.sluice, "haproxy": args.haproxy, "nginx": args.nginx,
-                **{name: args.sluice for name in SPLICE_SYSTEMS}, "sluice-base": args.sluice_base}
+                NGINX_HALF_CLOSE: args.nginx,
+                **{name: args.sluice for name in VARIANT_SYSTEMS}, "sluice-base": args.sluice_base}
     profile = PROFILES[args.profile]
     asked = list(args.load_list)
     skipped = skip_unavailable(args.load_list)
