@@ -199,6 +199,34 @@ def test_pgbench_through_sluice(sluice, pg_pair):
             assert int(direct.scalar("select count(*) from pgbench_history")) > 0
 
 
+def test_pgbench_new_connections_without_half_close(sluice, pg_pair):
+    """half_close = false: each logout (Terminate, then the client's FIN)
+    reaches the server before sluice closes both sides, so PostgreSQL sees
+    every session end cleanly, none abandoned."""
+    a, _ = pg_pair
+    s = sluice([listener("pg", "pg", half_close=False)], {"pg": upstream(a)})
+    port = s.port("pg")
+
+    def abandoned() -> int:
+        with PgConn("127.0.0.1", a.port) as direct:
+            return int(direct.scalar(
+                "select sessions_abandoned from pg_stat_database where datname = 'postgres'"))
+
+    r = dbpeers.pgbench(port, "-i", "-s", "1", "-q")
+    assert r.returncode == 0, f"pgbench -i failed:\n{r.stdout}\n{r.stderr}"
+    before = abandoned()
+    r = dbpeers.pgbench(port, "-n", "-S", "-C", "-c", "4", "-j", "2", "-t", "50")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, f"pgbench exited {r.returncode}:\n{out}"
+    assert "number of transactions actually processed: 200/200" in out, out
+    assert re.search(r"number of failed transactions: 0\b", out), out
+    # Whichever FIN sluice sees first ends the session: the client's, or
+    # the server's when the backend exits on the Terminate before it.
+    recs = s.wait_records(201)
+    assert all(rec["cause"] in CLEAN for rec in recs), [rec for rec in recs if rec["cause"] not in CLEAN][:3]
+    assert abandoned() == before
+
+
 def test_stopped_server_is_skipped_and_marked_down(sluice, pg_pair):
     a, b = pg_pair
     s = pg_sluice(sluice, [a, b], fail_timeout="60s")
