@@ -554,9 +554,25 @@ void Session::on_pump_eof(Pump& p) {
 }
 
 // Without half-close the first FIN passed on ends the session: what the
-// other side still sends is not read (nginx's proxy_half_close off).
+// other side still sends is not read (nginx's proxy_half_close off). But a
+// close(2) with unread input is a reset, and a reset throws away what the
+// kernel has not sent yet: when bytes of ours still wait there (a slow
+// reader's window is full), the FIN goes with shutdown(2) instead, and the
+// session ends as with half-close. Bytes sent but not yet acknowledged are
+// the receiver's already (loopback and most peers delay that ACK, so
+// counting them would make the shortcut rare). One ioctl per session,
+// instead of the shutdown, the server's EOF and the wake-up that brings it.
+bool Session::fin_ends_session(const Pump& p) {
+  if ((&p == &c2s_ ? s2c_ : c2s_).fin_sent) return true;
+  if (half_close()) return false;
+  int unsent = 0;
+  if (::ioctl(p.dst->fd, SIOCOUTQNSD, &unsent) != 0 || unsent > 0) return false;
+  cut_on_fin_ = true;
+  return true;
+}
+
 void Session::on_pump_fin_sent(Pump& /*p*/) {
-  if ((c2s_.fin_sent && s2c_.fin_sent) || !half_close()) {
+  if ((c2s_.fin_sent && s2c_.fin_sent) || cut_on_fin_) {
     finish(client_fin_first_ ? Cause::client_closed : Cause::server_closed);
   } else {
     on_pump_settled();

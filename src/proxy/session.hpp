@@ -70,11 +70,10 @@ class Session {
   void on_pump_eof(Pump& p);
   void on_pump_fin_sent(Pump& p);
   // The other direction has finished (its FIN was sent), or the listener
-  // has half_close = false: `p`'s FIN is the session's last act, and the
-  // close that follows at once sends it.
-  bool fin_ends_session(const Pump& p) const {
-    return !half_close() || (&p == &c2s_ ? s2c_ : c2s_).fin_sent;
-  }
+  // has half_close = false and nothing of ours waits in the kernel for
+  // p's destination: `p`'s FIN is the session's last act, and the close
+  // that follows at once sends it.
+  bool fin_ends_session(const Pump& p);
   void on_pump_error(Pump& p, int err, bool at_dst);
   // splice = "auto": a pump is moving a stream (full buffers, well into the
   // session). Cheap when there is nothing to do.
@@ -152,6 +151,7 @@ class Session {
   bool quiet_ = false;             // refused by policy: counted, no access record
   bool half_closed_ = false;       // a FIN has been seen: fin_timeout applies
   bool client_fin_first_ = false;
+  bool cut_on_fin_ = false;        // half_close = false: the first FIN ends the session
   bool splice_wanted_ = false;     // switch to splice(2) once both sockets are quiet
   bool spliced_ = false;           // the splicer has the sockets
 

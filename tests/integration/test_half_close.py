@@ -8,12 +8,14 @@ import hashlib
 import os
 import queue
 import socket
+import threading
 import time
 
 import harness
 from harness import listener, upstream
 
 KiB = 1 << 10
+MiB = 1 << 20
 
 
 def reads_to_eof_then_answers(seen: queue.Queue):
@@ -36,7 +38,7 @@ def test_client_fin_ends_the_session_once_its_bytes_are_delivered(sluice, backen
     seen: queue.Queue = queue.Queue()
     be = backends(reads_to_eof_then_answers(seen))
     s = sluice([listener(half_close=False)], {"up": upstream(be)})
-    data = os.urandom(300 * KiB)
+    data = os.urandom(16 * KiB)  # the server's window takes it all at once
 
     # The server answers only after our FIN reached it; the session is over
     # by then, so the client sees a clean EOF and nothing else.
@@ -49,7 +51,30 @@ def test_client_fin_ends_the_session_once_its_bytes_are_delivered(sluice, backen
     assert int(rec["bytes_out"]) == 0
 
 
-def test_server_fin_ends_the_session_after_a_slow_reader_took_every_byte(sluice, backends):
+def test_server_fin_ends_the_session_without_the_client_closing(sluice, backends):
+    body = os.urandom(16 * KiB)
+
+    def send_then_close(backend, conn):
+        conn.sendall(body)
+
+    be = backends(send_then_close)
+    s = sluice([listener(half_close=False)], {"up": upstream(be)})
+    c = s.connect(timeout=10)
+    try:
+        got = harness.recv_all(c)
+        # The client has not closed its side: the session ended on the
+        # server's FIN alone (with half-close it would wait for the client).
+        (rec,) = s.wait_records(1, timeout=5)
+    finally:
+        c.close()
+
+    assert got == body
+    assert rec["cause"] == "server_closed"
+    assert int(rec["bytes_out"]) == len(body)
+    assert int(rec["bytes_in"]) == 0
+
+
+def test_a_slow_reader_gets_every_byte_before_the_server_fin(sluice, backends):
     body = os.urandom(4 << 20)  # more than sluice queues: the FIN waits behind backpressure
 
     def send_then_close(backend, conn):
@@ -61,16 +86,13 @@ def test_server_fin_ends_the_session_after_a_slow_reader_took_every_byte(sluice,
     try:
         time.sleep(0.5)  # let the kernel's buffers and sluice's queue fill
         got = harness.recv_all(c)
-        # The client has not closed its side: the session ended on the
-        # server's FIN alone (with half-close it would wait for the client).
-        (rec,) = s.wait_records(1, timeout=5)
     finally:
         c.close()
 
     assert hashlib.sha256(got).digest() == hashlib.sha256(body).digest()
+    (rec,) = s.wait_records(1)
     assert rec["cause"] == "server_closed"
     assert int(rec["bytes_out"]) == len(body)
-    assert int(rec["bytes_in"]) == 0
 
 
 def test_with_half_close_the_session_outlives_the_server_fin(sluice, backends):
@@ -96,3 +118,51 @@ def test_with_half_close_the_session_outlives_the_server_fin(sluice, backends):
     (rec,) = s.wait_records(1)
     assert rec["cause"] == "server_closed"
     assert int(rec["bytes_in"]) == len(b"still talking")
+
+
+def test_bytes_before_the_fin_arrive_although_the_server_had_more_to_say(sluice, backends):
+    # The server talks first and a lot (the client does not read yet), and
+    # reads slowly. When the client's FIN comes, sluice's socket to the
+    # server still holds unread bytes from it, and the last of the client's
+    # bytes still wait in sluice's kernel for the server's window: a
+    # close(2) now would be a reset that drops them. sluice sends that FIN
+    # with shutdown(2) and lets the session end as with half-close.
+    seen: queue.Queue = queue.Queue()
+
+    def talks_reads_slowly(backend, conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # a small window: bytes wait in sluice's kernel
+
+        def talk():
+            try:
+                conn.sendall(os.urandom(8 << 20))
+            except OSError:
+                pass
+        threading.Thread(target=talk, daemon=True).start()
+        # The first MiB now, the rest once the client's FIN has come and
+        # gone: by then sluice's kernel holds what the window did not take.
+        data, ended = bytearray(), "eof"
+        try:
+            while len(data) < MiB:
+                data += conn.recv(1 << 16)
+            time.sleep(1.0)
+            data += harness.recv_all(conn)
+        except ConnectionResetError:
+            ended = "reset"
+        seen.put((hashlib.sha256(data).hexdigest(), len(data), ended))
+
+    be = backends(talks_reads_slowly)
+    s = sluice([listener(half_close=False)], {"up": upstream(be)})
+    data = os.urandom(4 << 20)
+    c = s.connect(timeout=20)
+    try:
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+        try:
+            harness.recv_all(c)
+        except ConnectionResetError:
+            pass
+    finally:
+        c.close()
+    sha, n, ended = seen.get(timeout=20)
+    assert (n, ended) == (len(data), "eof")
+    assert sha == hashlib.sha256(data).hexdigest()
