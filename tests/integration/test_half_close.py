@@ -51,15 +51,20 @@ def test_client_fin_ends_the_session_once_its_bytes_are_delivered(sluice, backen
     assert int(rec["bytes_out"]) == 0
 
 
-def test_server_fin_ends_the_session_without_the_client_closing(sluice, backends):
-    body = os.urandom(16 * KiB)
-
+def connect_to_sender(sluice, backends, body: bytes):
+    """sluice (half_close = false) in front of a server that sends `body`
+    and closes; returns sluice and a client connected through it."""
     def send_then_close(backend, conn):
         conn.sendall(body)
 
     be = backends(send_then_close)
     s = sluice([listener(half_close=False)], {"up": upstream(be)})
-    c = s.connect(timeout=10)
+    return s, s.connect(timeout=10)
+
+
+def test_server_fin_ends_the_session_without_the_client_closing(sluice, backends):
+    body = os.urandom(16 * KiB)
+    s, c = connect_to_sender(sluice, backends, body)
     try:
         got = harness.recv_all(c)
         # The client has not closed its side: the session ended on the
@@ -76,13 +81,7 @@ def test_server_fin_ends_the_session_without_the_client_closing(sluice, backends
 
 def test_a_slow_reader_gets_every_byte_before_the_server_fin(sluice, backends):
     body = os.urandom(4 << 20)  # more than sluice queues: the FIN waits behind backpressure
-
-    def send_then_close(backend, conn):
-        conn.sendall(body)
-
-    be = backends(send_then_close)
-    s = sluice([listener(half_close=False)], {"up": upstream(be)})
-    c = s.connect(timeout=10)
+    s, c = connect_to_sender(sluice, backends, body)
     try:
         time.sleep(0.5)  # let the kernel's buffers and sluice's queue fill
         got = harness.recv_all(c)
