@@ -17,6 +17,7 @@ packages=(
   prometheus chromium   # promtool checks /metrics; a headless browser loads the status page
   python3-matplotlib   # the L4/L7 routing comparison draws its chart (tools/compare_routing.py)
   iproute2 nftables   # network-namespace fault tests: veth pairs, dropped packets
+  strace   # system calls per connection, in a test and in the benchmark
 )
 
 missing=()
