@@ -102,8 +102,8 @@ const ListenerConfig& Session::listener_config() const { return *lv_.config; }
 void Session::accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv, int fd,
                      const sockaddr* peer) {
   auto* s = new Session(host, std::move(snapshot), lv);
-  // accept4 made it non-blocking; it joins the Reactor when its bytes are
-  // wanted (a preread at once, else once the server is connected).
+  // accept4 made it non-blocking; it joins the Reactor once admitted (a
+  // preread at once, else as its server's connect starts).
   s->client_.fd = fd;
   copy_inet(&s->peer_, peer);
   s->counted_ = true;
@@ -358,6 +358,16 @@ void Session::route_and_connect(Upstream* up) {
   }
   set_state(State::connecting);
   connector_.start(up);
+  if (closing() || client_.registered) return;
+  // The client joins the set as soon as its server's connect is under way:
+  // when the server is near (on the same host, always), the connect's end
+  // and the client's first bytes then come with one wait instead of two.
+  // Until the pump starts, its events only set the Leg's flags (on_leg_io).
+  if (reactor().add(client_.fd, Reactor::kStream, &client_) < 0) {
+    finish(Cause::local_resource);
+    return;
+  }
+  client_.registered = true;
 }
 
 std::string Session::client_address() const {
@@ -480,15 +490,6 @@ void Session::start_proxying() {
     // The preread bytes go to the server first, byte for byte.
     c2s_.queue_initial(extra_->forward.data(), extra_->forward.size());
     extra_->forward = {};
-  }
-  if (!client_.registered) {
-    // Now that the server is there (nginx's order): an edge for what the
-    // client has sent meanwhile comes with the next wait.
-    if (reactor().add(client_.fd, Reactor::kStream, &client_) < 0) {
-      finish(Cause::local_resource);
-      return;
-    }
-    client_.registered = true;
   }
   c2s_.start();
   if (closing()) return;
