@@ -198,12 +198,17 @@ void Session::refuse(Cause cause) {
 void Session::begin_preread() {
   set_state(State::prereading);
   extra().stage = next_stage();
+  if (!register_client()) return;
+  arm_timer();
+}
+
+bool Session::register_client() {
   if (reactor().add(client_.fd, Reactor::kStream, &client_) < 0) {
     finish(Cause::local_resource);  // the kernel's epoll limits: ours
-    return;
+    return false;
   }
   client_.registered = true;
-  arm_timer();
+  return true;
 }
 
 // The listener's chain of stages, one after the other: the PROXY header
@@ -363,11 +368,7 @@ void Session::route_and_connect(Upstream* up) {
   // when the server is near (on the same host, always), the connect's end
   // and the client's first bytes then come with one wait instead of two.
   // Until the pump starts, its events only set the Leg's flags (on_leg_io).
-  if (reactor().add(client_.fd, Reactor::kStream, &client_) < 0) {
-    finish(Cause::local_resource);
-    return;
-  }
-  client_.registered = true;
+  register_client();
 }
 
 std::string Session::client_address() const {

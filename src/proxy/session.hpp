@@ -105,6 +105,9 @@ class Session {
   void begin_pg_handshake(std::vector<std::uint8_t> head);
   void on_pg_answer();
   void begin_preread();
+  // Adds the client's socket to the worker's Reactor; false (the session
+  // ended with local_resource) when the kernel refuses it.
+  bool register_client();
   void read_preread();
   std::unique_ptr<PrereadStage> next_stage();
   void on_stage_done();

@@ -35,8 +35,6 @@ WAIT_BUDGET = 4.5    # epoll_wait per connection: 3 when the client is quick
 SECONDS = 2
 
 
-
-
 @pytest.mark.parametrize("mode", ["echo", "echo_close"], ids=["client_closes_first", "server_closes_first"])
 def test_a_short_connection_costs_15_system_calls_and_a_few_waits(sluice, tmp_path, mode):
     if shutil.which("strace") is None:
