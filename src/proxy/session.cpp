@@ -726,7 +726,9 @@ void Session::on_timer() {
 // loopback) while a slow peer reads them: that is activity too, invisible to
 // our reads and writes. Checked only when an inactivity timeout is due, so it
 // costs nothing on the data path: a send queue that shrank since the last
-// check means the peer is reading.
+// check means the peer is reading. A queue that emptied since the last check
+// moved too: its last bytes left only now, and the peer may still be reading
+// them out of its own receive buffer.
 Session::Drain Session::peers_draining() {
   Drain out = Drain::stalled;
   auto check = [&out](const Leg& leg, std::uint32_t& last) {
@@ -734,7 +736,7 @@ Session::Drain Session::peers_draining() {
     if (!leg.open() || ::ioctl(leg.fd, SIOCOUTQ, &queued) != 0) return;
     const auto q = static_cast<std::uint32_t>(queued);
     if (q > 0 && last == kUnsampled && out == Drain::stalled) out = Drain::unknown;
-    if (q > 0 && last != kUnsampled && q != last) out = Drain::moving;
+    if (last != kUnsampled && q != last) out = Drain::moving;
     last = q;
   };
   check(client_, outq_client_);
