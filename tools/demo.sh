@@ -3,9 +3,9 @@
 # backends it starts itself (127.0.0.1:9101-9103). Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/setup.sh
+tools/setup.sh --build   # only what building and running needs; tools/test.sh adds the rest
 echo "building..."
-tools/build.sh build -Dbuildtype=release
+tools/build.sh build -Dbuildtype=release -Dtests=false
 /usr/bin/python3 tools/demo_backends.py 9101 9102 9103 &
 backends=$!
 trap 'kill "$backends" 2>/dev/null || true' EXIT

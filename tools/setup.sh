@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
 # Installs the Debian packages sluice needs to build, test and benchmark
 # (HAProxy and nginx are PROXY protocol receivers in the tests and the
-# benchmark's peers). Idempotent: quiet
-# and quick when everything is already there. Needs root (or sudo) on Debian 12.
+# benchmark's peers); with --build only what building and running it needs.
+# Idempotent: quiet and quick when everything is already there. Needs root
+# (or sudo) on Debian 12.
 set -euo pipefail
 
-packages=(
-  g++ pkg-config meson ninja-build cmake
-  libuv1-dev libtomlplusplus-dev libspdlog-dev doctest-dev libxxhash-dev libsystemd-dev
-  libssl-dev openssl python3 python3-pytest curl procps logrotate
+# What building and running sluice needs (tools/demo.sh installs only these).
+build_packages=(
+  g++ pkg-config meson ninja-build
+  libuv1-dev libtomlplusplus-dev libspdlog-dev libxxhash-dev libsystemd-dev
   libhttp-parser-dev libhiredis-dev libpq-dev   # active health checks (HTTP, Redis, PostgreSQL)
+  nlohmann-json3-dev   # the admin API's JSON
+  python3   # the demo's backends
+)
+# What the tests, the fuzz run and the benchmark need on top.
+test_packages=(
+  cmake doctest-dev ccache
+  libssl-dev openssl python3-pytest curl procps logrotate
   clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
   postgresql postgresql-client redis-server redis-tools   # database end-to-end tests
   haproxy nginx libnginx-mod-stream   # PROXY protocol receivers in tests; the benchmark's peers
-  nlohmann-json3-dev   # the admin API's JSON
   prometheus chromium   # promtool checks /metrics; a headless browser loads the status page
   python3-matplotlib   # the L4/L7 routing comparison draws its chart (tools/compare_routing.py)
   iproute2 nftables   # network-namespace fault tests: veth pairs, dropped packets
   strace   # system calls per connection, in a test and in the benchmark
 )
+
+packages=("${build_packages[@]}")
+case "${1:-}" in
+  --build) ;;
+  "") packages+=("${test_packages[@]}") ;;
+  *) echo "usage: tools/setup.sh [--build]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -9,33 +9,50 @@
 #      (with --quick: on the default build);
 #   4. the unit tests and the tests where threads share state (several
 #      workers, reload, admin API, health checks) on a ThreadSanitizer build.
-# Ends with one line "N passed, N failed". Exit status 0 only if nothing failed.
+# Ends with a timing summary per stage and one line "N passed, N failed".
+# Exit status 0 only if nothing failed.
+#
+# Where the time goes: a test mostly waits for sockets and processes, a
+# build mostly computes. So the sanitizer builds run in the background
+# (niced) while the default build's tests run, and the suites that do not
+# measure anything against each other run side by side (each test binds
+# port 0 and names its namespaces after its own PID, so two pytest
+# processes never meet). Every test is written to hold on a busy machine.
 #
 # Options: --quick (skip the sanitizer passes and the fuzz run),
-#          --fuzz-seconds N (default 60).
+#          --fuzz-seconds N (default 60),
+#          --serial (one stage at a time, as before: for timing one stage).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 quick=0
+serial=0
 fuzz_seconds=60
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
+    --serial) serial=1 ;;
     --fuzz-seconds) fuzz_seconds=$2; shift ;;
-    *) echo "usage: tools/test.sh [--quick] [--fuzz-seconds N]" >&2; exit 2 ;;
+    *) echo "usage: tools/test.sh [--quick] [--serial] [--fuzz-seconds N]" >&2; exit 2 ;;
   esac
   shift
 done
 
+t_start=$(date +%s)
 tools/setup.sh || exit 1
 py=/usr/bin/python3
-passed=0
-failed=0
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
+# Builds in clones at other paths share compiled objects (ccache, when
+# installed, is used by meson on its own).
+export CCACHE_BASEDIR=$PWD
 
-# Adds the counts from a doctest or pytest summary in file $1 (or counts the
-# whole step as one failure when no summary is found and $2 != 0).
+# Each step leaves in $log: NAME.log (its output), NAME.count ("passed
+# failed"), NAME.time ("start end" in seconds since the epoch) and, when it
+# ran in the background, NAME.done.
+
+# Counts the tests in a doctest or pytest summary in file $1 (or the whole
+# step as one test when no summary is found); $2 is the step's exit status.
 count() {
   local file=$1 rc=$2 p=0 f=0 line=""
   if line=$(grep -E '^\[doctest\] test cases:' "$file" | tail -n 1) && [[ -n "$line" ]]; then
@@ -52,46 +69,77 @@ count() {
   [[ -z "$p" ]] && p=0
   [[ -z "$f" ]] && f=0
   if [[ $rc -ne 0 && $f -eq 0 ]]; then f=1; fi
-  passed=$((passed + p))
-  failed=$((failed + f))
+  echo "$p $f"
 }
 
-run_step() {  # name, command...
+key() { tr ' /+,=' '_____' <<<"$1"; }
+
+# Runs a step and records its counts and times; prints nothing.
+exec_step() {  # name, command...
   local name=$1; shift
-  local out="$log/$(tr ' /' '__' <<<"$name").log"
-  echo "== $name"
-  "$@" >"$out" 2>&1
+  local k; k=$(key "$name")
+  local t0; t0=$(date +%s)
+  echo "$name" >>"$log/order"
+  "$@" >"$log/$k.log" 2>&1
   local rc=$?
-  count "$out" "$rc"
+  count "$log/$k.log" "$rc" >"$log/$k.count"
+  echo "$rc" >"$log/$k.rc"
+  echo "$t0 $(date +%s)" >"$log/$k.time"
+}
+
+# Prints a finished step's result: its summary line, or its tail on failure.
+report_step() {  # name
+  local name=$1 k; k=$(key "$name")
+  local rc; rc=$(cat "$log/$k.rc")
   if [[ $rc -ne 0 ]]; then
-    tail -n 60 "$out"
+    tail -n 60 "$log/$k.log"
     echo "== $name: FAILED (exit $rc)"
   else
-    grep -E '^\[doctest\] test cases:|^(=+ )?[0-9]+ (passed|failed).* in [0-9.]+s' "$out" | tail -n 1
+    grep -E '^\[doctest\] test cases:|^(=+ )?[0-9]+ (passed|failed).* in [0-9.]+s' "$log/$k.log" | tail -n 1
   fi
 }
 
+run_step() {  # name, command...
+  echo "== $1"
+  exec_step "$@"
+  report_step "$1"
+}
+
+# Starts a step in the background; `finish_step NAME` waits for it and
+# reports. With --serial it simply runs in the foreground.
+declare -A bg_pids=()
+start_step() {  # name, command...
+  if [[ $serial -eq 1 ]]; then
+    run_step "$@"
+    return
+  fi
+  echo "== $1 (started in the background)"
+  exec_step "$@" &
+  bg_pids[$1]=$!
+}
+finish_step() {  # name
+  local name=$1
+  [[ -n "${bg_pids[$name]:-}" ]] || return 0
+  wait "${bg_pids[$name]}"
+  unset "bg_pids[$name]"
+  echo "== $name (finished)"
+  report_step "$name"
+}
+
 unit_tests() {  # build dir, label
-  local dir=$1 label=$2
-  for t in config balance upstream preread runtime log health admin proxy; do
-    run_step "$label unit $t" "$dir/tests/unit/$t/test_$t"
+  local dir=$1 label=$2 t
+  for t in "$dir"/tests/unit/*/test_*; do
+    [[ -x "$t" && -f "$t" ]] || continue
+    run_step "$label unit $(basename "$t" | sed 's/^test_//')" "$t"
   done
 }
 
-suite() {  # build dir, label
-  local dir=$1 label=$2
-  unit_tests "$dir" "$label"
-  run_step "$label integration+e2e" env SLUICE_BIN="$PWD/$dir/sluice" \
-    "$py" -m pytest -q -p no:cacheprovider tests/integration tests/e2e
-}
-
-# The same integration and e2e tests with every listener the tests write
-# splicing (splice = "pipe"): moving bytes with splice(2) must not change
-# any behaviour a test can see.
-splice_suite() {  # build dir, label
-  local dir=$1 label=$2
-  run_step "$label integration+e2e, splice = pipe" env SLUICE_TEST_SPLICE=pipe SLUICE_BIN="$PWD/$dir/sluice" \
-    "$py" -m pytest -q -p no:cacheprovider tests/integration tests/e2e
+pytest_suite() {  # build dir, extra env..., then -- pytest arguments
+  local dir=$1; shift
+  local envs=()
+  while [[ $# -gt 0 && "$1" != "--" ]]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" SLUICE_BIN="$PWD/$dir/sluice" "$py" -m pytest -q -p no:cacheprovider "$@"
 }
 
 # Where threads share state: two workers (least_conn counts, per-client
@@ -127,54 +175,102 @@ no_tsan_reports() {
   return 1
 }
 
-tsan_suite() {  # build dir
-  local dir=$1 reports="$PWD/$1/tsan-reports"
-  rm -rf "$reports"
-  mkdir -p "$reports"
-  # Reports go to files so that none is lost in a process whose output no
-  # test reads; halt_on_error makes the process fail its test as well.
-  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 log_path=$reports/tsan"
-  # Only for reports inside third-party libraries (see the file).
-  if [[ -f tools/tsan.supp ]]; then
-    TSAN_OPTIONS+=" suppressions=$PWD/tools/tsan.supp"
-  fi
-  unit_tests "$dir" "tsan"
-  run_step "tsan integration+e2e (threads sharing state)" env SLUICE_BIN="$PWD/$dir/sluice" \
-    "$py" -m pytest -q -p no:cacheprovider "${tsan_tests[@]}"
-  run_step "tsan reports" no_tsan_reports "$reports"
-}
-
-echo "== build (warnings are errors)"
-if ! tools/build.sh build-ci -Dstrict=true -Dbuildtype=debugoptimized; then
-  echo "0 passed, 1 failed"
-  exit 1
-fi
-suite build-ci "default build"
-[[ $quick -eq 1 ]] && splice_suite build-ci "default build"
-
-if [[ $quick -eq 0 ]]; then
-  run_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start and admin request parsers ${fuzz_seconds}s" tools/fuzz.sh "$fuzz_seconds"
-  echo "== build with AddressSanitizer + UndefinedBehaviorSanitizer"
+# The sanitizer builds, one after the other, niced: they fill the CPU the
+# default build's tests leave idle.
+sanitizer_builds() {
   # No vptr check: gcc 12's runtime verifies a vtable by probing its memory
   # through pipe(2), which fails while the process is out of descriptors --
   # the state several tests create on purpose -- and then reports a valid
   # object as having an "invalid vptr" (and leaks the demangled names).
-  if tools/build.sh build-asan -Dstrict=true -Db_sanitize=address,undefined -Db_lundef=false \
-      -Dcpp_args=-fno-sanitize=vptr; then
+  local rc=0
+  nice -n 10 tools/build.sh build-asan -Dstrict=true -Db_sanitize=address,undefined -Db_lundef=false \
+      -Dcpp_args=-fno-sanitize=vptr || rc=1
+  echo "asan build exit $rc" >"$log/asan-built"
+  nice -n 10 tools/build.sh build-tsan -Dstrict=true -Db_sanitize=thread -Db_lundef=false || rc=1
+  return $rc
+}
+wait_for_file() {  # path, pid of the step that writes it
+  while [[ ! -e "$1" ]] && kill -0 "$2" 2>/dev/null; do sleep 2; done
+}
+
+echo "== build (warnings are errors)"
+exec_step "build default" tools/build.sh build-ci -Dstrict=true -Dbuildtype=debugoptimized
+if [[ $(cat "$log/build_default.rc") -ne 0 ]]; then
+  report_step "build default"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+if [[ $quick -eq 0 ]]; then
+  start_step "build asan+ubsan, then tsan" sanitizer_builds
+fi
+
+unit_tests build-ci "default build"
+run_step "default build integration+e2e" pytest_suite build-ci -- tests/integration tests/e2e
+if [[ $quick -eq 1 ]]; then
+  # The same integration and e2e tests with every listener the tests write
+  # splicing (splice = "pipe"): moving bytes with splice(2) must not change
+  # any behaviour a test can see.
+  run_step "default build integration+e2e, splice = pipe" \
+    pytest_suite build-ci SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
+fi
+
+if [[ $quick -eq 0 ]]; then
+  run_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start and admin request parsers ${fuzz_seconds}s" \
+    tools/fuzz.sh "$fuzz_seconds"
+
+  builds=${bg_pids["build asan+ubsan, then tsan"]:-}
+  [[ -n "$builds" ]] && wait_for_file "$log/asan-built" "$builds"
+  if [[ -e "$log/asan-built" && $(cat "$log/asan-built") == "asan build exit 0" ]] || [[ $serial -eq 1 && -x build-asan/sluice ]]; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-    suite build-asan "asan+ubsan"
-    splice_suite build-asan "asan+ubsan"
+    unit_tests build-asan "asan+ubsan"
+    # Copy and splice modes side by side: two pytest processes.
+    start_step "asan+ubsan integration+e2e, splice = pipe" \
+      pytest_suite build-asan SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
+    run_step "asan+ubsan integration+e2e" pytest_suite build-asan -- tests/integration tests/e2e
   else
-    failed=$((failed + 1))
+    echo "== build with AddressSanitizer + UndefinedBehaviorSanitizer: FAILED"
+    echo "0 1" >"$log/asan_build.count"
+    echo "asan build" >>"$log/order"
   fi
-  echo "== build with ThreadSanitizer"
-  if tools/build.sh build-tsan -Dstrict=true -Db_sanitize=thread -Db_lundef=false; then
-    tsan_suite build-tsan
-  else
-    failed=$((failed + 1))
+
+  finish_step "build asan+ubsan, then tsan"
+  if [[ -x build-tsan/sluice && $(cat "$log/$(key "build asan+ubsan, then tsan").rc" 2>/dev/null || echo 1) -eq 0 ]]; then
+    reports="$PWD/build-tsan/tsan-reports"
+    rm -rf "$reports"
+    mkdir -p "$reports"
+    # Reports go to files so that none is lost in a process whose output no
+    # test reads; halt_on_error makes the process fail its test as well.
+    # Suppressions only for reports inside third-party libraries (see the file).
+    tsan_env="TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 log_path=$reports/tsan suppressions=$PWD/tools/tsan.supp"
+    for t in build-tsan/tests/unit/*/test_*; do
+      [[ -x "$t" && -f "$t" ]] || continue
+      run_step "tsan unit $(basename "$t" | sed 's/^test_//')" env "$tsan_env" "$t"
+    done
+    run_step "tsan integration+e2e (threads sharing state)" \
+      pytest_suite build-tsan "$tsan_env" -- "${tsan_tests[@]}"
+  fi
+  finish_step "asan+ubsan integration+e2e, splice = pipe"
+  if [[ -n "${reports:-}" ]]; then
+    run_step "tsan reports" no_tsan_reports "$reports"
   fi
 fi
 
+# Timing, per stage, in the order the stages began.
+echo "== timing (wall-clock seconds; background stages overlap others)"
+passed=0
+failed=0
+while read -r name; do
+  k=$(key "$name")
+  read -r p f <"$log/$k.count"
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [[ -f "$log/$k.time" ]]; then
+    read -r a b <"$log/$k.time"
+    printf '%6ds  %s\n' $((b - a)) "$name"
+  fi
+done < <(cat "$log/order")
+printf '%6ds  %s\n' $(($(date +%s) - t_start)) "total"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
