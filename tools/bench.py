@@ -1026,6 +1026,66 @@ def print_summary(summaries, systems):
         print("| " + " | ".join(cells) + " |")
 
 
+# The chart's panels: per load, the figure to compare and whether lower is
+# better. One bar per peer: sluice's figure divided by the peer's.
+CHART_FIGURES = [
+    ("conn", "cpu_per_op", "short conn\nCPU/conn"),
+    ("conn_sc", "cpu_per_op", "short, server first\nCPU/conn"),
+    ("sys", "calls_per_conn", "syscalls/conn"),
+    ("rr", "cpu_per_op", "keep-alive\nCPU/req"),
+    ("rr", "p99_us", "keep-alive\np99"),
+    ("bulk", "cpu_per_op", "bulk\nCPU/GB"),
+    ("bulk", "rate", "bulk\nGB/s"),
+    ("idle", "bytes_per_conn", "idle\nbytes/conn"),
+    ("tls", "cpu_per_op", "TLS preread\nCPU/conn"),
+    ("pgbench", "cpu_per_op", "pgbench -S\nCPU/xact"),
+    ("pgbench_c", "cpu_per_op", "pgbench -S -C\nCPU/xact"),
+    ("conn_1000", "cpu_per_op", "1000 servers\nCPU/conn"),
+]
+
+
+def draw_chart(summaries, path, title):
+    """Bars of sluice's figure over each peer's, one group per figure; 1.0
+    is parity. Below 1 is better except for rates (marked ↑)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench: matplotlib not installed (Debian python3-matplotlib); no chart", file=sys.stderr)
+        return
+    peers = [p for p in ("haproxy", "nginx") if any(p in s for s in summaries.values())]
+    groups = []
+    for load, key, label in CHART_FIGURES:
+        row = summaries.get(load)
+        if not row or isinstance(row.get("sluice"), (str, type(None))):
+            continue
+        mine = row["sluice"].get(key)
+        ratios = []
+        for peer in peers:
+            other = row.get(peer)
+            ok = mine is not None and isinstance(other, dict) and other.get(key)
+            ratios.append(mine / other[key] if ok else float("nan"))
+        groups.append((label + (" ↑" if key == "rate" else ""), ratios))
+    if not groups:
+        print("bench: nothing to chart", file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(groups)), 4))
+    width = 0.8 / max(1, len(peers))
+    for i, peer in enumerate(peers):
+        xs = [g + (i - (len(peers) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, [r[i] for _, r in groups], width, label=f"sluice / {peer}")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([g for g, _ in groups], fontsize=7)
+    ax.set_ylabel("sluice ÷ peer (below 1: sluice spends less; ↑: more is better)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"bench: chart written to {path}", file=sys.stderr)
+
+
 # --------------------------------------------------------------------------
 
 class Context:
@@ -1069,6 +1129,10 @@ def parse_args():
     ap.add_argument("--quick", action="store_true", help="the same as --profile quick")
     ap.add_argument("--repeat", type=int, default=1, help="runs per load; figures are medians")
     ap.add_argument("--json", metavar="FILE", help="also write every run's raw figures here")
+    ap.add_argument("--chart", metavar="FILE.svg",
+                    help="also draw sluice's figures over HAProxy's and nginx's as a bar chart")
+    ap.add_argument("--redraw", metavar="FILE.json",
+                    help="run nothing: draw --chart from the summary a previous --json wrote")
     args = ap.parse_args()
     if args.quick:
         args.profile = "quick"
@@ -1106,6 +1170,14 @@ def skip_unavailable(load_list):
 
 def main():
     args = parse_args()
+    if args.redraw:
+        with open(args.redraw) as f:
+            saved = json.load(f)
+        if not args.chart:
+            print("bench: --redraw needs --chart FILE", file=sys.stderr)
+            return 2
+        draw_chart(saved["summary"], args.chart, saved.get("title", "sluice beside HAProxy and nginx"))
+        return 0
     if not os.access(args.loadgen, os.X_OK):
         print(f"bench: loadgen not found at {args.loadgen} (build it first)", file=sys.stderr)
         return 2
@@ -1185,10 +1257,14 @@ def main():
         summaries[load] = summarize(results, args.systems, load)
         print_table(load, summaries[load], args.systems, profile)
     print_summary(summaries, args.systems)
+    title = (f"sluice beside HAProxy and nginx, medians of {args.repeat} run(s), "
+             f"{args.profile} profile, {os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"profile": profile, "repeat": args.repeat, "runs": results,
-                       "skipped": skipped, "summary": summaries}, f, indent=1)
+                       "skipped": skipped, "summary": summaries, "title": title}, f, indent=1)
+    if args.chart:
+        draw_chart(summaries, args.chart, title)
     failed = any(isinstance(results[s].get(l), str) for s in args.systems for l in args.load_list)
     return 1 if failed else 0
 
