@@ -8,7 +8,8 @@ samples. A test asserts progress and integrity, never speed: the machine
 running the suite may be busy with other work, and a sluice that is really
 broken here (a worker spinning, or blocked in a call) stops the neighbour
 outright. How fast the neighbour goes is printed for the reader; the
-throughput ratios themselves are measured by tools/bench.py."""
+share of throughput kept during a fault is measured by
+`tools/bench.py --loads bulk_fault`."""
 
 from __future__ import annotations
 

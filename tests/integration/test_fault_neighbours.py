@@ -16,8 +16,8 @@ suffer one of the loopback faults the other files test for behaviour:
 During the fault the neighbour must keep moving: its bytes keep arriving,
 whole and in order, with no long stall (neighbour.assert_kept_moving). Its
 speed is printed, not asserted: on a busy machine it can fall far below what
-it was before without anything being wrong; tools/bench.py measures
-throughput. Each fault must really have happened (counted on the faulty
+it was before without anything being wrong; `tools/bench.py --loads
+bulk_fault` measures the share kept. Each fault must really have happened (counted on the faulty
 sessions themselves, and where sluice sees it, in its access records)."""
 
 from __future__ import annotations
