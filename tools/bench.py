@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -43,7 +44,7 @@ VARIANT_SYSTEMS = {"sluice-pipe": ['splice = "pipe"'], "sluice-auto": ['splice =
 # (nginx's default closes both sides on the first FIN). Opt-in, beside nginx.
 NGINX_HALF_CLOSE = "nginx-halfclose"
 PEERS = ("haproxy", "nginx", NGINX_HALF_CLOSE)
-ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "idle", "tls", "sys", "sys_sc",
+ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "bulk_fault", "idle", "tls", "sys", "sys_sc",
              "pgbench", "pgbench_c", "conn_1000", "conn_1000_hash"]
 PG_LOADS = ("pgbench", "pgbench_c")
 MANY_LOADS = ("conn_1000", "conn_1000_hash")
@@ -289,7 +290,7 @@ def server_address(server):
     return server if isinstance(server, str) else f"127.0.0.1:{server}"
 
 
-def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", settings=()):
+def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", settings=(), fault=None):
     out = [
         "[global]",
         "workers = 1",
@@ -320,13 +321,19 @@ def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", setti
         upstreams["u0"] = plain
     policy = ['balance = "hash"', 'hash_key = "client_ip"'] if balance == "hash" else \
         ['balance = "least_conn"']
+    if fault:
+        fault_port, servers = fault
+        out += ["", "[[listener]]", 'name = "fault"', f'listen = "127.0.0.1:{fault_port}"',
+                f'connect_timeout = "{CONNECT_TIMEOUT_S}s"', f'idle_timeout = "{IDLE_TIMEOUT_S}s"',
+                "tcp_keepalive = false", 'upstream = "fault"']
+        upstreams["fault"] = servers
     for name, ports in upstreams.items():
         servers = ", ".join(f'{{ address = "{server_address(p)}" }}' for p in ports)
         out += ["", f"[upstream.{name}]", *policy, f"servers = [{servers}]"]
     return "\n".join(out) + "\n"
 
 
-def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn"):
+def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn", fault=None):
     out = [
         "global",
         "    nbthread 1",
@@ -352,6 +359,9 @@ def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn"):
     else:
         backends["u0"] = plain
     out.append("    default_backend u0")
+    if fault:
+        fault_port, backends["fault"] = fault
+        out += ["", "frontend fault", f"    bind 127.0.0.1:{fault_port}", "    default_backend fault"]
     for name, ports in backends.items():
         out += ["", f"backend {name}",
                 "    balance source" if balance == "hash" else "    balance leastconn"]
@@ -360,7 +370,7 @@ def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn"):
 
 
 def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn",
-                 half_close=False):
+                 half_close=False, fault=None):
     out = [
         f"load_module {NGINX_STREAM_MODULE};",
         "worker_processes 1;",
@@ -383,6 +393,8 @@ def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn
         out.append("  }")
     else:
         upstreams["u0"] = plain
+    if fault:
+        upstreams["fault"] = fault[1]
     for name, ports in upstreams.items():
         out.append(f"  upstream {name} {{")
         out.append("    hash $remote_addr consistent;" if balance == "hash" else "    least_conn;")
@@ -400,7 +412,12 @@ def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn
         out += ["    ssl_preread on;", "    preread_timeout 5s;", "    proxy_pass $bench_upstream;"]
     else:
         out.append("    proxy_pass u0;")
-    out += ["  }", "}"]
+    out.append("  }")
+    if fault:
+        out += ["  server {", f"    listen 127.0.0.1:{fault[0]};",
+                f"    proxy_connect_timeout {CONNECT_TIMEOUT_S}s;", f"    proxy_timeout {IDLE_TIMEOUT_S}s;",
+                "    proxy_pass fault;", "  }"]
+    out.append("}")
     return "\n".join(out) + "\n"
 
 
@@ -408,24 +425,27 @@ class Proxy:
     """One running proxy instance, fresh for every load."""
 
     def __init__(self, procs, system, binary, workdir, tag, plain=None, tls=None,
-                 balance="least_conn"):
+                 balance="least_conn", fault_servers=None):
         self.procs = procs
         self.port = free_port()
+        # A second listener in front of `fault_servers`, on the same worker.
+        self.fault_port = free_port() if fault_servers else None
+        fault = (self.fault_port, fault_servers) if fault_servers else None
         self.log = os.path.join(workdir, f"{system}-{tag}.log")
         conf_dir = os.path.join(workdir, f"{system}-{tag}")
         os.makedirs(conf_dir, exist_ok=True)
         if system in ("sluice", "sluice-base") or system in VARIANT_SYSTEMS:
             path = os.path.join(conf_dir, "sluice.toml")
-            text = sluice_config(self.port, plain, tls, balance, VARIANT_SYSTEMS.get(system, ()))
+            text = sluice_config(self.port, plain, tls, balance, VARIANT_SYSTEMS.get(system, ()), fault)
             argv = [binary, "-c", path]
         elif system == "haproxy":
             path = os.path.join(conf_dir, "haproxy.cfg")
-            text = haproxy_config(self.port, plain, tls, balance)
+            text = haproxy_config(self.port, plain, tls, balance, fault)
             argv = [binary, "-db", "-f", path]
         else:
             path = os.path.join(conf_dir, "nginx.conf")
             text = nginx_config(self.port, conf_dir, plain, tls, balance,
-                                half_close=system == NGINX_HALF_CLOSE)
+                                half_close=system == NGINX_HALF_CLOSE, fault=fault)
             argv = [binary, "-p", conf_dir, "-e", os.path.join(conf_dir, "nginx-error.log"),
                     "-c", path]
         with open(path, "w") as f:
@@ -575,6 +595,62 @@ def load_bulk(ctx, proxy):
     return {"rate": r["bytes_per_s"] / 1e9, **cost_per(r, max(r["bytes"], 1) / 1e9, 1),
             "errors": r["errors"], "client_busy": client_busy(r),
             "first_error": r.get("first_error", "")}
+
+
+FAULT_SESSIONS = 16
+
+
+def push_until_stopped(port, stop, blocked):
+    """A client of the fault listener: pushes into a server that never reads
+    until its send blocks (the fault is in place), then waits for `stop`."""
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=5)
+    except OSError:
+        blocked.release()
+        return
+    c.settimeout(0.2)
+    block = b"n" * 65536
+    try:
+        while True:
+            c.send(block)
+    except (socket.timeout, OSError):
+        pass
+    blocked.release()
+    stop.wait()
+    c.close()
+
+
+def load_bulk_fault(ctx, start):
+    """The bulk load through one listener, alone and then while FAULT_SESSIONS
+    clients of another listener of the same proxy (one worker) push into a
+    server that never reads. The tests only check that such a neighbour keeps
+    moving (tests/integration/test_fault_neighbours.py); its share of the
+    throughput is measured here."""
+    sink = socket.socket()
+    sink.bind(("127.0.0.1", 0))
+    sink.listen(FAULT_SESSIONS * 2)  # never accepted: the kernel queues a little, then nothing moves
+    stop = threading.Event()
+    blocked = threading.Semaphore(0)
+    threads = []
+    try:
+        proxy = start("main", plain=ctx.backends.source, fault_servers=[sink.getsockname()[1]])
+        alone = load_bulk(ctx, proxy)
+        for _ in range(FAULT_SESSIONS):
+            t = threading.Thread(target=push_until_stopped, args=(proxy.fault_port, stop, blocked), daemon=True)
+            t.start()
+            threads.append(t)
+        for _ in range(FAULT_SESSIONS):
+            if not blocked.acquire(timeout=30):
+                raise BenchError("bulk_fault: the pushing clients never blocked")
+        during = load_bulk(ctx, proxy)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        sink.close()
+    return {**during, "rate_alone": alone["rate"], "share": during["rate"] / max(alone["rate"], 1e-9),
+            "errors": alone["errors"] + during["errors"],
+            "first_error": alone["first_error"] or during["first_error"]}
 
 
 def load_idle(ctx, proxy):
@@ -742,7 +818,8 @@ LOAD_FUNCS = {"conn": load_conn, "conn_sc": load_conn, "rr": load_rr, "bulk": lo
               "pgbench_c": lambda ctx, proxy: load_pgbench(ctx, proxy, True)}
 # Loads that start their own proxies: (ctx, start) -> figures, where
 # start(name, **shape) returns a running Proxy (stopped by run_load at the latest).
-MULTI_PROXY_FUNCS = {"conn_1000": lambda ctx, start: load_many(ctx, start, "least_conn"),
+MULTI_PROXY_FUNCS = {"bulk_fault": load_bulk_fault,
+                     "conn_1000": lambda ctx, start: load_many(ctx, start, "least_conn"),
                      "conn_1000_hash": lambda ctx, start: load_many(ctx, start, "hash")}
 
 
@@ -796,6 +873,9 @@ def describe(load, p):
               f"{p['rr_c']} persistent connections, {p['rr_s']} s",
         "bulk": f"bulk download: {p['bulk_bytes'] / (1 << 30):g} GiB from a streaming backend "
                 f"over {p['bulk_c']} connections",
+        "bulk_fault": f"the bulk load alone, then while {FAULT_SESSIONS} clients of another listener "
+                      f"of the same worker push into a server that never reads; the share is "
+                      f"throughput during / alone",
         "idle": f"idle memory: {p['idle_count']} proxied connections held open",
         "tls": f"TLS preread: full handshakes routed by SNI ({len(TLS_NAMES)} names, "
                f"certificate checked), one echo, close; {p['tls_c']} concurrent, {p['tls_s']} s",
@@ -839,6 +919,9 @@ COLUMNS = {
            *machine_columns("µs/req", "{:.2f}")],
     "bulk": [("rate", "GB/s", "{:.2f}"), ("cpu_per_op", "CPU s/GB", "{:.3f}"),
              *machine_columns("s/GB", "{:.3f}")],
+    "bulk_fault": [("rate", "GB/s during", "{:.2f}"), ("rate_alone", "GB/s alone", "{:.2f}"),
+                   ("share", "share", "{:.2f}"), ("cpu_per_op", "CPU s/GB during", "{:.3f}"),
+                   *machine_columns("s/GB", "{:.3f}")],
     "idle": [("bytes_per_conn", "bytes/conn", "{:.0f}"), ("rss_before", "RSS before KiB", "{:.0f}"),
              ("rss_after", "RSS after KiB", "{:.0f}"), ("cpu_per_op", "CPU µs/conn", "{:.1f}")],
     "tls": [("rate", "conn/s", "{:.0f}"), ("p50_us", "p50 µs", "{:.0f}"),
@@ -866,6 +949,7 @@ RATIOS = {
     "rr": [("rate", "rate"), ("p99_us", "p99"), ("cpu_per_op", "CPU/req"),
            ("machine_per_op", "machine CPU/req")],
     "bulk": [("rate", "throughput"), ("cpu_per_op", "CPU/GB"), ("machine_per_op", "machine CPU/GB")],
+    "bulk_fault": [("rate", "throughput during the fault"), ("share", "share kept")],
     "idle": [("bytes_per_conn", "memory/conn"), ("cpu_per_op", "CPU/conn to open")],
     "tls": [("rate", "rate"), ("cpu_per_op", "CPU/conn"), ("machine_per_op", "machine CPU/conn")],
     "sys": [("calls_per_conn", "syscalls/conn"), ("epoll_ctl_per_conn", "epoll_ctl/conn")],
@@ -987,6 +1071,7 @@ HEADLINES = [
     ("bulk", "rate", "bulk, GB/s", "{:.2f}"),
     ("bulk", "cpu_per_op", "bulk, CPU s/GB", "{:.3f}"),
     ("bulk", "machine_per_op", "bulk, machine CPU s/GB", "{:.3f}"),
+    ("bulk_fault", "share", "bulk beside 16 never-read sessions, share kept", "{:.2f}"),
     ("idle", "bytes_per_conn", "idle, bytes/conn", "{:.0f}"),
     ("tls", "rate", "TLS preread, conn/s", "{:.0f}"),
     ("tls", "cpu_per_op", "TLS preread, CPU µs/conn", "{:.1f}"),

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -122,6 +123,62 @@ std::string normalize_sni(std::string_view text) {
   return out;
 }
 
+// Keys that belong in another table. Written in the wrong one they are not
+// just "unknown": the message says where they go (tries on an upstream is a
+// listener's, balance on a listener is an upstream's). Only keys that no
+// table of this kind accepts are listed, so a list never hides a real key.
+struct Home {
+  std::vector<std::string_view> keys;
+  std::string_view where;
+};
+
+const Home kListenerHome = {{"listen", "connect_timeout", "idle_timeout", "tries", "next_upstream_timeout",
+                             "fin_timeout", "max_lifetime", "backlog", "preread", "preread_timeout",
+                             "preread_max_bytes", "routes", "default_upstream", "on_not_tls", "on_malformed",
+                             "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_interval", "tcp_keepalive_count",
+                             "accept_proxy", "trusted_proxies", "allow", "deny", "client_max_connections",
+                             "client_rate_limit", "splice", "half_close"},
+                            "a listener key: set it in the [[listener]] that sends to this upstream "
+                            "(each listener has its own)"};
+const Home kUpstreamHome = {{"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
+                             "servers", "health"},
+                            "an upstream key: set it under [upstream.NAME]"};
+const Home kServerHome = {{"address", "weight", "max_conns", "backup"},
+                          "a server key: set it on each server, like servers = [{ address = \"10.0.0.1:5432\", "
+                          "max_conns = 100 }]"};
+const Home kHealthHome = {{"type", "interval", "timeout", "rise", "fall", "jitter", "initial", "on_down",
+                           "slow_start", "path", "method", "expect_status", "expect_body", "send", "send_hex",
+                           "expect", "expect_hex", "expect_match", "role", "user", "database", "password_file",
+                           "sslmode"},
+                          "a health check key: set it under [upstream.NAME.health]"};
+
+// Throws for the first key written in `table` that belongs to one of `homes`.
+void reject_misplaced(const TableReader& r, std::initializer_list<const Home*> homes) {
+  const toml::key* first = nullptr;
+  const Home* home = nullptr;
+  for (const auto& [key, value] : r.table()) {
+    for (const Home* h : homes) {
+      if (std::find(h->keys.begin(), h->keys.end(), key.str()) == h->keys.end()) continue;
+      const auto& at = key.source().begin;
+      if (first == nullptr || at.line < first->source().begin.line ||
+          (at.line == first->source().begin.line && at.column < first->source().begin.column)) {
+        first = &key;
+        home = h;
+      }
+    }
+  }
+  if (first == nullptr) return;
+  r.fail_key(first->str(), quote(first->str()) + " is " + std::string(home->where));
+}
+
+// On a listener, proxy_protocol is a likely mix-up of the two directions.
+void reject_proxy_protocol_on_listener(const TableReader& r) {
+  if (!r.has("proxy_protocol")) return;
+  r.fail_key("proxy_protocol",
+             "\"proxy_protocol\" (sending a PROXY header to the servers) is an upstream key: set it under "
+             "[upstream.NAME]; to accept a PROXY header from clients, use accept_proxy and trusted_proxies");
+}
+
 class Parser {
  public:
   Parser(const toml::table& root, const std::string& path) : root_(root), path_(path) {}
@@ -161,7 +218,11 @@ class Parser {
       top.fail_type("listener", *listeners, "an array of tables ([[listener]])");
     }
     for (std::size_t i = 0; i < array->size(); ++i) {
-      config.listeners.push_back(parse_listener(*(*array)[i].as_table(), i + 1, config));
+      const toml::table& table = *(*array)[i].as_table();
+      const TableReader placement(table, listener_context(table, i + 1), path_);
+      reject_proxy_protocol_on_listener(placement);
+      reject_misplaced(placement, {&kUpstreamHome, &kServerHome, &kHealthHome});
+      config.listeners.push_back(parse_listener(table, i + 1, config));
     }
     if (config.admin.enabled) check_admin_address(config);
     for (const auto& l : config.listeners) {
@@ -264,10 +325,30 @@ class Parser {
         fail_at(path_, node->source(), context,
                 "must be a table ([upstream." + std::string(key->str()) + "]), got " + describe(*node));
       }
+      check_placement(*body, context);
       UpstreamConfig u = parse_upstream(*body, context, config.global);
       u.name = std::string(key->str());
       config.upstreams.emplace(u.name, std::move(u));
     }
+  }
+
+  // An upstream and its servers, for keys that belong elsewhere.
+  void check_placement(const toml::table& table, const std::string& context) {
+    reject_misplaced(TableReader(table, context, path_), {&kListenerHome, &kServerHome, &kHealthHome});
+    const toml::array* servers = table.get_as<toml::array>("servers");
+    if (servers == nullptr) return;
+    for (std::size_t i = 0; i < servers->size(); ++i) {
+      if (const auto* server = (*servers)[i].as_table()) {
+        reject_misplaced(TableReader(*server, context + " server " + std::to_string(i + 1), path_),
+                         {&kListenerHome, &kUpstreamHome, &kHealthHome});
+      }
+    }
+  }
+
+  static std::string listener_context(const toml::table& table, std::size_t index) {
+    const toml::node* name_node = table.get("name");
+    const bool named = name_node != nullptr && name_node->is_string() && valid_name(name_node->as_string()->get());
+    return named ? "listener " + quote(name_node->as_string()->get()) : "listener #" + std::to_string(index);
   }
 
   UpstreamConfig parse_upstream(const toml::table& table, const std::string& context, const GlobalConfig& global) {
@@ -367,8 +448,7 @@ class Parser {
     ListenerConfig l;
     const toml::node* name_node = table.get("name");
     const bool named = name_node != nullptr && name_node->is_string() && valid_name(name_node->as_string()->get());
-    const std::string context =
-        named ? "listener " + quote(name_node->as_string()->get()) : "listener #" + std::to_string(index);
+    const std::string context = listener_context(table, index);
     TableReader r(table, context, path_);
     r.reject_unknown_keys({"name", "listen", "upstream", "connect_timeout", "idle_timeout", "tries",
                            "next_upstream_timeout", "fin_timeout", "max_lifetime", "backlog", "preread",
@@ -540,6 +620,10 @@ class Parser {
       r.require("sni");
       const std::string sni = *r.string("sni");
       route.sni = normalize_sni(sni);
+      if (sni == "*") {
+        r.fail(*r.get("sni"), "sni = \"*\" is not a route: connections that no route matches go to "
+                              "default_upstream; set default_upstream = \"NAME\" on the listener instead");
+      }
       if (route.sni.empty()) {
         r.fail(*r.get("sni"), "sni must be a host name like \"db.example.com\" or a wildcard like "
                               "\"*.example.com\", got " + quote(sni));

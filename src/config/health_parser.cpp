@@ -124,6 +124,11 @@ void parse_http(const TableReader& r, HealthConfig& h) {
     if (v->empty()) r.fail(*r.get("expect_body"), "expect_body must not be empty (leave it out to accept any body)");
     h.expect_body = *v;
   }
+  // The answer to HEAD carries no body, so the check could never pass.
+  if (h.method == "HEAD" && !h.expect_body.empty()) {
+    r.fail(*r.get("expect_body"), "expect_body can never match with method = \"HEAD\" (the answer to HEAD has "
+                                  "no body); use method = \"GET\" or leave expect_body out");
+  }
 }
 
 void parse_send_expect(const TableReader& r, HealthConfig& h) {

@@ -54,9 +54,9 @@ ListeningSockets open_listening_sockets(const ListenerConfig& listener, unsigned
     int error = 0;
     const int probe = open_one(reinterpret_cast<const sockaddr*>(&addr), len, listener, false, false, error);
     if (probe < 0) {
-      fail(error, error == EADDRINUSE ? " (another process is listening on it; a second sluice must not share "
-                                        "its port)"
-                                      : "");
+      // Which process holds it is not knowable here: it may be another
+      // program or another sluice, so the message names neither.
+      fail(error, error == EADDRINUSE ? " (the address is taken: another process is listening on it)" : "");
     }
     ::close(probe);
   }

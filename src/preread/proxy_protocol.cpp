@@ -190,8 +190,22 @@ ProxyHeader parse_v2(std::span<const std::uint8_t> data) {
     case 0x00:  // UNSPEC: keep the real peer
       h.local = true;
       return h;
+    case 0x12:  // UDP over IPv4
+    case 0x22:  // UDP over IPv6
+    case 0x31:  // UNIX stream
+    case 0x32:  // UNIX datagram
+    {
+      // Valid, but no address sluice can use (a path is not a client
+      // address). The specification has a receiver that does not support a
+      // valid combination fall back to UNSPEC: the connection's own
+      // addresses stand, as with LOCAL.
+      const std::size_t need = (fam >> 4) == 1 ? 12 : (fam >> 4) == 2 ? 36 : 216;
+      if (len < need) return invalid("PROXY v2 header: short address block");
+      h.local = true;
+      return h;
+    }
     default:
-      return invalid("PROXY v2 header: unsupported address family or protocol");
+      return invalid("PROXY v2 header: unknown address family or protocol");
   }
 }
 

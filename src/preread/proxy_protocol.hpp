@@ -38,7 +38,9 @@ struct ProxyHeader {
   enum class Status { need_more, ok, invalid };
   Status status = Status::need_more;
   std::size_t length = 0;         // header bytes, with ok
-  bool local = false;             // v2 LOCAL or v1 UNKNOWN: keep the real peer address
+  // v1 UNKNOWN, v2 LOCAL, or a v2 family without a usable address (UNSPEC,
+  // AF_UNIX, UDP): keep the connection's own addresses.
+  bool local = false;
   sockaddr_storage source{};      // with ok and !local
   sockaddr_storage destination{};
   std::string error;              // with invalid

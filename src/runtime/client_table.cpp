@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
 
 #include <netinet/in.h>
 
@@ -39,42 +38,70 @@ void ClientTable::refill(Entry& e, double per_second, std::uint64_t now_ms) {
   e.last_ms = now_ms;
 }
 
+ClientTable::ClientTable(std::size_t max_clients) : per_shard_(std::max<std::size_t>(1, max_clients / kShards)) {}
+
+void ClientTable::IdleList::push_newest(Node& n) {
+  Entry& e = n.second;
+  e.idle = true;
+  e.older = newest;
+  e.newer = nullptr;
+  if (newest != nullptr) newest->second.newer = &n;
+  newest = &n;
+  if (oldest == nullptr) oldest = &n;
+}
+
+void ClientTable::IdleList::remove(Node& n) {
+  Entry& e = n.second;
+  if (!e.idle) return;
+  (e.older != nullptr ? e.older->second.newer : oldest) = e.newer;
+  (e.newer != nullptr ? e.newer->second.older : newest) = e.older;
+  e.older = e.newer = nullptr;
+  e.idle = false;
+}
+
 Cause ClientTable::admit(const sockaddr* client, const Limits& limits, std::uint64_t now_ms) {
   const Key k = key_of(client);
   Shard& sh = shards_[KeyHash{}(k) % kShards];
   std::lock_guard lock(sh.mu);
   auto it = sh.clients.find(k);
   if (it == sh.clients.end()) {
-    if (sh.clients.size() >= kMaxClients / kShards) {
-      // Reclaim entries that carry nothing: no connection open, bucket full.
-      for (auto i = sh.clients.begin(); i != sh.clients.end();) {
-        Entry& e = i->second;
-        bool idle = e.open == 0;
-        if (idle && limits.per_second > 0) {
-          refill(e, limits.per_second, now_ms);
-          idle = e.tokens >= std::max(1.0, limits.per_second);
-        }
-        i = idle ? sh.clients.erase(i) : std::next(i);
-      }
-      if (sh.clients.size() >= kMaxClients / kShards) {
+    if (sh.clients.size() >= per_shard_) {
+      // Forget the address seen least recently among those with nothing
+      // open: constant work, whatever its bucket still holds (a client that
+      // keeps coming back stays near the new end and keeps its bucket).
+      Node* victim = sh.idle.oldest;
+      if (victim == nullptr) {
         refused_full_.fetch_add(1, std::memory_order_relaxed);
         return Cause::client_limit;
       }
+      const Key old = victim->first;  // erase() must not read a key from the node it frees
+      sh.idle.remove(*victim);
+      sh.clients.erase(old);
+      evicted_.fetch_add(1, std::memory_order_relaxed);
     }
     Entry fresh;
     fresh.tokens = std::max(1.0, limits.per_second);
     fresh.last_ms = now_ms;
     it = sh.clients.emplace(k, fresh).first;
+  } else {
+    sh.idle.remove(*it);
   }
-  Entry& e = it->second;
-  if (limits.max_connections > 0 && e.open >= limits.max_connections) return Cause::client_limit;
-  if (limits.per_second > 0) {
+  Node& node = *it;
+  Entry& e = node.second;
+  Cause cause = Cause::none;
+  if (limits.max_connections > 0 && e.open >= limits.max_connections) {
+    cause = Cause::client_limit;
+  } else if (limits.per_second > 0) {
     refill(e, limits.per_second, now_ms);
-    if (e.tokens < 1.0) return Cause::rate_limited;
-    e.tokens -= 1.0;
+    if (e.tokens < 1.0) {
+      cause = Cause::rate_limited;
+    } else {
+      e.tokens -= 1.0;
+    }
   }
-  if (limits.max_connections > 0) ++e.open;
-  return Cause::none;
+  if (cause == Cause::none && limits.max_connections > 0) ++e.open;
+  if (e.open == 0) sh.idle.push_newest(node);  // seen just now: the last to be forgotten
+  return cause;
 }
 
 void ClientTable::release(const sockaddr* client) {
@@ -82,7 +109,8 @@ void ClientTable::release(const sockaddr* client) {
   Shard& sh = shards_[KeyHash{}(k) % kShards];
   std::lock_guard lock(sh.mu);
   auto it = sh.clients.find(k);
-  if (it != sh.clients.end() && it->second.open > 0) --it->second.open;
+  if (it == sh.clients.end() || it->second.open == 0) return;
+  if (--it->second.open == 0) sh.idle.push_newest(*it);
 }
 
 std::size_t ClientTable::size() const {

@@ -207,6 +207,34 @@ def test_accept_proxy_from_a_trusted_peer(sluice, backends):
     assert [r["client"] for r in recs] == ["203.0.113.7:40000"] * 2
 
 
+def test_v2_without_a_usable_address_keeps_the_connections_own(sluice, backends):
+    """A proxy on a UNIX socket (HAProxy `bind unix@...` with `send-proxy-v2`)
+    sends AF_UNIX paths; UNSPEC and UDP carry no TCP client either. The
+    specification has the receiver fall back to the connection's own
+    addresses: the session is served and logged with the real peer."""
+    be = backends(harness.echo_handler)
+    s = sluice([listener(accept_proxy=True, trusted_proxies=["127.0.0.0/8"])], {"up": upstream(be)})
+    paths = b"/run/client.sock".ljust(108, b"\0") + b"/run/haproxy/pg.sock".ljust(108, b"\0")
+    headers = {
+        "unix_stream": V2_SIG + b"\x21\x31" + struct.pack("!H", len(paths)) + paths,
+        "unix_dgram": V2_SIG + b"\x21\x32" + struct.pack("!H", len(paths)) + paths,
+        "unspec": V2_SIG + b"\x21\x00\x00\x00",
+        "udp4": V2_SIG + b"\x21\x12\x00\x0c" + socket.inet_aton("203.0.113.7") * 2 + struct.pack("!HH", 1, 2),
+    }
+    peers = []
+    for name, header in headers.items():
+        c = proxied_client(s, header, name.encode())
+        try:
+            assert harness.recv_exact(c, len(name)) == name.encode(), name
+            peers.append("%s:%d" % c.getsockname())
+        finally:
+            c.close()
+    recs = s.wait_records(len(headers))
+    assert all(r["cause"] != "rejected_proxy" for r in recs), recs
+    assert sorted(r["client"] for r in recs) == sorted(peers)
+    assert be.counts()[0] == len(headers)
+
+
 def test_accept_proxy_then_proxy_protocol_to_the_server(sluice, backends):
     be = backends(header_echo_handler)
     s = sluice([listener(accept_proxy=True, trusted_proxies=["127.0.0.1"])], {"up": upstream(be, proxy_protocol="v1")})

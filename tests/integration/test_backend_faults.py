@@ -161,7 +161,8 @@ def test_a_refused_connect_moves_to_the_next_server_at_once(sluice, backends):
         t0 = time.monotonic()
         assert harness.banner_of(s) == b"good"
         took = time.monotonic() - t0
-        assert took < 0.5, f"session {i} took {took:.2f}s to be served after a refused connect"
+        # Well under connect_timeout (5s), however busy the machine.
+        assert took < 2.5, f"session {i} took {took:.2f}s to be served after a refused connect"
     recs = s.wait_records(n)
     for rec in recs:
         assert rec["tries"] == "2" and rec["server"] == good.address, rec

@@ -258,7 +258,9 @@ def test_next_upstream_timeout_bounds_retrying(sluice, black_hole):
     (rec,) = s.wait_records(1)
     assert rec["cause"] == "connect_failed"
     assert rec["tries"] == "2", "no third attempt once next_upstream_timeout has passed"
-    assert elapsed < 0.85, f"closed after {elapsed:.2f}s"
+    # The count of tries above is the proof; the time only rules out a hang
+    # (a bound near 0.9s, three connect_timeouts, failed on busy machines).
+    assert elapsed < 3, f"closed after {elapsed:.2f}s"
 
 
 def test_no_descriptor_leak_after_many_sessions(sluice, backends):

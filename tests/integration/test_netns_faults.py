@@ -5,7 +5,7 @@ the root namespace.
 - A server black-holed after its session is established: the session ends
   with the right cause within the configured time (TCP keepalive on an idle
   session, `idle_timeout` on one that keeps sending), and a neighbouring
-  session on the same worker keeps its throughput meanwhile.
+  session on the same worker keeps moving meanwhile, its bytes whole.
 - A client that vanishes without FIN or RST: keepalive ends its session and
   the server side is closed.
 - A server whose SYNs are dropped: `connect_timeout` moves the session to
@@ -24,7 +24,6 @@ import time
 import pytest
 
 import harness
-import loadgen
 import neighbour
 import netns
 from harness import listener, upstream
@@ -47,7 +46,7 @@ IDLE_RECHECK_S = IDLE_TIMEOUT_S / 4
 # Each end must come within this of the moment it is due: room for a busy
 # two-core machine, far below what a missed timer would take (the next
 # timeout, or the kernel's own defaults: minutes to hours).
-LATE_S = 1.5
+LATE_S = 3.0
 # How long the tests wait before giving up (so that a late end is reported
 # with its time rather than as a hang).
 END_DEADLINE_S = 15.0
@@ -66,14 +65,6 @@ def namespaces():
     yield make
     problems = [p for ns in made for p in ns.destroy()]
     assert not problems, problems
-
-
-@pytest.fixture
-def source():
-    """A fast loopback source for the neighbouring session."""
-    s = loadgen.Server("source")
-    yield s
-    s.stop()
 
 
 def far_record(s: harness.Sluice) -> dict:
@@ -98,7 +89,7 @@ def push_until_closed(sock: socket.socket, give_up: float) -> threading.Thread:
 
 @pytest.mark.parametrize("detect", ["keepalive", "idle_timeout"])
 def test_black_holed_server_ends_its_session_and_spares_the_neighbour(
-        sluice, backends, namespaces, source, detect):
+        sluice, backends, namespaces, detect):
     ns = namespaces()
     with ns.entered():
         far = backends(harness.echo_handler, name="far", host=ns.inside)
@@ -110,8 +101,9 @@ def test_black_holed_server_ends_its_session_and_spares_the_neighbour(
         # retransmissions would take minutes; idle_timeout ends it.
         far_opts = {"tcp_keepalive": False, "idle_timeout": f"{IDLE_TIMEOUT_S:.0f}s"}
         cause, at_least = "idle_timeout", IDLE_TIMEOUT_S - 0.5
+    source = backends(neighbour.source, name="near")
     s = sluice([listener("far", "far", **far_opts), listener("near", "near")],
-               {"far": upstream(far), "near": upstream(source.address)})
+               {"far": upstream(far), "near": upstream(source)})
 
     meter = neighbour.Meter(s.connect("near"))
     c = s.connect("far", timeout=END_DEADLINE_S)
@@ -119,7 +111,7 @@ def test_black_holed_server_ends_its_session_and_spares_the_neighbour(
         c.sendall(b"hello\n")
         assert harness.recv_exact(c, 6) == b"hello\n"
         t_connected = time.monotonic()
-        before = meter.measure(neighbour.WINDOW_S)
+        before = meter.measure()
 
         ns.drop_everything()
         t_fault = time.monotonic()
@@ -134,7 +126,7 @@ def test_black_holed_server_ends_its_session_and_spares_the_neighbour(
             due = IDLE_TIMEOUT_S + IDLE_RECHECK_S
         pusher = push_until_closed(c, END_DEADLINE_S) if detect == "idle_timeout" else None
         time.sleep(0.2)
-        during = meter.measure(neighbour.WINDOW_S)
+        during = meter.measure()
 
         how = harness.wait_closed(c, timeout=END_DEADLINE_S)
         took = time.monotonic() - t_fault
@@ -144,12 +136,11 @@ def test_black_holed_server_ends_its_session_and_spares_the_neighbour(
         c.close()
         meter.stop()
     rec = far_record(s)
-    print(f"{detect}: ended {took:.2f} s after the fault, due after {due:.2f} s ({how}, cause {rec['cause']}); neighbour "
-          f"{before / 1e6:.0f} MB/s before, {during / 1e6:.0f} MB/s during")
+    print(f"{detect}: ended {took:.2f} s after the fault, due after {due:.2f} s ({how}, cause {rec['cause']})")
     assert rec["cause"] == cause, rec
     assert at_least <= took <= due + LATE_S, \
         f"ended {took:.1f}s after the fault ({how}), due after {due:.1f}s, cause {rec['cause']}"
-    neighbour.assert_kept_pace(before, during, f"a black-holed server ({detect})")
+    neighbour.assert_kept_moving(before, during, f"a black-holed server ({detect})")
 
 
 def test_vanished_client_is_cleaned_up_by_keepalive(sluice, backends, namespaces):

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -33,6 +34,12 @@ from bench import strace_summary  # noqa: E402  (the benchmark's reading of stra
 BUDGET = 15.05       # calls other than epoll_wait, per connection
 WAIT_BUDGET = 4.5    # epoll_wait per connection: 3 when the client is quick
 SECONDS = 2
+# Enough connections that the few calls not tied to one (timers, the
+# tracer's attach) do not move the averages. A busy machine under strace
+# may need more than one run of SECONDS to make them: that is allowed, up
+# to a deadline, because speed is not what this test measures.
+MIN_CONNS = 100
+CONNS_DEADLINE_S = 60
 
 
 @pytest.mark.parametrize("mode", ["echo", "echo_close"], ids=["client_closes_first", "server_closes_first"])
@@ -63,8 +70,14 @@ def test_a_short_connection_costs_15_system_calls_and_a_few_waits(sluice, tmp_pa
         log = harness.LineLog(tracer.stderr)
         try:
             log.wait_for(r"attached")
-            run = subprocess.run(client + ["--duration", str(SECONDS)], check=True, capture_output=True,
-                                 text=True, timeout=60)
+            conns = errors = 0
+            deadline = time.monotonic() + CONNS_DEADLINE_S
+            while conns < MIN_CONNS and time.monotonic() < deadline:
+                run = subprocess.run(client + ["--duration", str(SECONDS)], check=True, capture_output=True,
+                                     text=True, timeout=60)
+                result = json.loads(run.stdout.strip().splitlines()[-1])
+                conns += result["ops"]
+                errors += result["errors"]
             # The last session's sockets close just after the client's.
             harness.wait_until(sessions_closed, what="the last session to close")
         finally:
@@ -74,10 +87,8 @@ def test_a_short_connection_costs_15_system_calls_and_a_few_waits(sluice, tmp_pa
     finally:
         server.stop()
 
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    conns = result["ops"]
-    assert result["errors"] == 0, result
-    assert conns >= 100, f"only {conns} connections in {SECONDS}s: {result}"
+    assert errors == 0, result
+    assert conns >= MIN_CONNS, f"only {conns} connections in {CONNS_DEADLINE_S}s: {result}"
     calls = strace_summary(out)
     detail = ", ".join(f"{k} {v / conns:.2f}" for k, v in sorted(calls.items()))
     assert abs(calls.get("accept4", 0) - conns) <= 1, f"strace did not see every accept: {detail}"

@@ -221,8 +221,6 @@ TEST_CASE("[[listener]]: routes") {
        "x.toml:5:45: listener \"t\" route 1: unknown key \"weight\"; allowed: sni, upstream"},
       {kT + "routes = [{ sni = \"a..test\", upstream = \"u\" }]\n" + kUpstreamU,
        "x.toml:5:19: listener \"t\" route 1: " + bad_sni + "\"a..test\""},
-      {kT + "routes = [{ sni = \"*\", upstream = \"u\" }]\n" + kUpstreamU,
-       "x.toml:5:19: listener \"t\" route 1: " + bad_sni + "\"*\""},
       {kT + "routes = [{ sni = \"a.*.test\", upstream = \"u\" }]\n" + kUpstreamU,
        "x.toml:5:19: listener \"t\" route 1: " + bad_sni + "\"a.*.test\""},
       {kT + "routes = [{ sni = \"*a.test\", upstream = \"u\" }]\n" + kUpstreamU,

@@ -122,11 +122,11 @@ TEST_CASE("health: http") {
        "expect_status entry 1 must be a status code like 200 or a range like \"200-399\", got boolean true"},
       {"expect_body = \"\"\n", 5, 15, "expect_body must not be empty (leave it out to accept any body)"},
   });
-  const HealthConfig c = health_of(h + "path = \"/primary\"\nmethod = \"HEAD\"\nhost = \"db.internal\"\n"
+  const HealthConfig c = health_of(h + "path = \"/primary\"\nmethod = \"OPTIONS\"\nhost = \"db.internal\"\n"
                                        "expect_status = [200, \"204\", \"300-302\"]\nexpect_body = \"ok\"\nport = 8008\n");
   CHECK(c.type == sluice::HealthType::http);
   CHECK(c.path == "/primary");
-  CHECK(c.method == "HEAD");
+  CHECK(c.method == "OPTIONS");
   CHECK(c.host == "db.internal");
   REQUIRE(c.expect_status.size() == 3);
   CHECK(c.expect_status[0].low == 200);

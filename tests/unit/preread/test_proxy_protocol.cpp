@@ -3,7 +3,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -139,4 +142,77 @@ TEST_CASE("malformed, truncated-forever and oversized headers are invalid") {
   const ProxyHeader local = parse_proxy_header(v2);
   REQUIRE(local.status == ProxyHeader::Status::ok);
   CHECK(local.local);
+}
+
+namespace {
+
+// A v2 PROXY header: the signature, version 2 with `command`, the family and
+// protocol byte, and `body` (addresses, then any TLVs).
+std::vector<std::uint8_t> v2_header(std::uint8_t command, std::uint8_t family, const std::vector<std::uint8_t>& body) {
+  const std::uint8_t head[16] = {0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49, 0x54, 0x0a,
+                                 static_cast<std::uint8_t>(0x20 | command), family,
+                                 static_cast<std::uint8_t>(body.size() >> 8),
+                                 static_cast<std::uint8_t>(body.size() & 0xff)};
+  std::vector<std::uint8_t> out(sizeof head + body.size());
+  std::copy(std::begin(head), std::end(head), out.begin());
+  std::copy(body.begin(), body.end(), out.begin() + sizeof head);
+  return out;
+}
+
+// Two sun_path fields of 108 bytes each, as a proxy on a UNIX socket sends them.
+std::vector<std::uint8_t> unix_addresses() {
+  std::vector<std::uint8_t> body(216, 0);
+  const std::string src = "/run/client.sock";
+  const std::string dst = "/run/haproxy/pg.sock";
+  std::copy(src.begin(), src.end(), body.begin());
+  std::copy(dst.begin(), dst.end(), body.begin() + 108);
+  return body;
+}
+
+}  // namespace
+
+TEST_CASE("v2 with a family that carries no usable address falls back to the connection's own addresses") {
+  struct Case {
+    const char* what;
+    std::uint8_t family;
+    std::size_t address_bytes;
+  };
+  for (const Case& c : {Case{"UNSPEC", 0x00, 0}, Case{"UNIX stream", 0x31, 216}, Case{"UNIX datagram", 0x32, 216},
+                        Case{"UDP over IPv4", 0x12, 12}, Case{"UDP over IPv6", 0x22, 36}}) {
+    CAPTURE(c.what);
+    std::vector<std::uint8_t> body = c.family >> 4 == 3 ? unix_addresses() : std::vector<std::uint8_t>(c.address_bytes, 7);
+    // A TLV after the addresses is skipped with them.
+    for (std::uint8_t b : {kTlvAuthority, std::uint8_t{0}, std::uint8_t{1}, std::uint8_t{'x'}}) body.push_back(b);
+    auto data = v2_header(1, c.family, body);
+    const std::size_t header_size = data.size();
+    data.push_back('Q');  // the client's first byte
+    const ProxyHeader h = parse_proxy_header(data);
+    REQUIRE(h.status == ProxyHeader::Status::ok);
+    CHECK(h.local);
+    CHECK(h.length == header_size);
+    // Until the whole address block is here, wait.
+    CHECK(parse_proxy_header(std::span(data).first(16 + c.address_bytes / 2)).status ==
+          ProxyHeader::Status::need_more);
+  }
+  // LOCAL with UNIX addresses: the same.
+  const ProxyHeader local = parse_proxy_header(v2_header(0, 0x31, unix_addresses()));
+  REQUIRE(local.status == ProxyHeader::Status::ok);
+  CHECK(local.local);
+}
+
+TEST_CASE("v2 families the specification does not define, and short address blocks, are invalid") {
+  for (std::uint8_t family : {0x01, 0x02, 0x10, 0x13, 0x20, 0x30, 0x33, 0x41, 0xf1}) {
+    CAPTURE(static_cast<int>(family));
+    const ProxyHeader h = parse_proxy_header(v2_header(1, family, std::vector<std::uint8_t>(216, 0)));
+    CHECK(h.status == ProxyHeader::Status::invalid);
+  }
+  for (std::uint8_t family : {0x31, 0x32}) {
+    CAPTURE(static_cast<int>(family));
+    CHECK(parse_proxy_header(v2_header(1, family, std::vector<std::uint8_t>(215, 0))).status ==
+          ProxyHeader::Status::invalid);
+  }
+  CHECK(parse_proxy_header(v2_header(1, 0x22, std::vector<std::uint8_t>(35, 0))).status ==
+        ProxyHeader::Status::invalid);
+  CHECK(parse_proxy_header(v2_header(1, 0x12, std::vector<std::uint8_t>(11, 0))).status ==
+        ProxyHeader::Status::invalid);
 }

@@ -3,8 +3,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "runtime/client_table.hpp"
 #include "sluice/cidr.hpp"
@@ -87,7 +90,7 @@ TEST_CASE("client_rate_limit is a token bucket with one second of burst") {
   CHECK(t.admit(sa(a), lim, 1200) == Cause::rate_limited);
 }
 
-TEST_CASE("the table is bounded: idle entries are reclaimed, busy ones refuse new addresses") {
+TEST_CASE("the table is bounded: when every entry has an open connection, new addresses are refused") {
   ClientTable t;
   const ClientTable::Limits lim{1, 0};
   sockaddr_storage ss{};
@@ -109,4 +112,89 @@ TEST_CASE("the table is bounded: idle entries are reclaimed, busy ones refuse ne
     t.release(sa(ss));
   }
   CHECK(t.admit(sa(v4("10.9.9.9")), lim, 0) == Cause::none);
+}
+
+namespace {
+
+// The i-th of many distinct IPv6 addresses (2001:db8::/32, i in the low bits).
+sockaddr_storage nth(std::uint32_t i) {
+  sockaddr_storage ss{};
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  a6->sin6_family = AF_INET6;
+  a6->sin6_addr.s6_addr[0] = 0x20;
+  a6->sin6_addr.s6_addr[1] = 0x01;
+  a6->sin6_addr.s6_addr[2] = 0x0d;
+  a6->sin6_addr.s6_addr[3] = 0xb8;
+  std::memcpy(a6->sin6_addr.s6_addr + 12, &i, sizeof i);
+  return ss;
+}
+
+}  // namespace
+
+TEST_CASE("a per-hour rate limit does not fill the table: new addresses take the place of the oldest idle ones") {
+  ClientTable t;
+  const ClientTable::Limits per_hour{0, 10.0 / 3600};
+  const std::uint64_t now = 1'000'000;  // the clock never moves: no bucket refills
+  std::size_t refused = 0;
+  std::uint64_t most_forgotten_by_one_admit = 0;
+  for (std::uint32_t i = 0; i < ClientTable::kMaxClients * 3; ++i) {
+    const std::uint64_t before = t.evicted();
+    refused += t.admit(sa(nth(i)), per_hour, now) != Cause::none;
+    most_forgotten_by_one_admit = std::max(most_forgotten_by_one_admit, t.evicted() - before);
+    if (i % 4096 == 0) CHECK(t.size() <= ClientTable::kMaxClients);
+  }
+  CHECK(refused == 0);
+  CHECK(t.refused_full() == 0);
+  CHECK(t.size() <= ClientTable::kMaxClients);
+  CHECK(t.size() + t.evicted() == ClientTable::kMaxClients * 3);
+  // Bounded work: an accept into a full table forgets one address, never a sweep.
+  CHECK(most_forgotten_by_one_admit == 1);
+}
+
+TEST_CASE("a client that keeps coming back keeps its bucket; open connections are never forgotten") {
+  ClientTable t;
+  const ClientTable::Limits lim{1, 1.0 / 3600};
+  const std::uint64_t now = 5'000;
+  const auto held = v4("192.0.2.1");       // keeps its connection open throughout
+  const auto returning = v4("192.0.2.2");  // spent its token, keeps trying
+  const auto once = v4("192.0.2.3");       // spent its token, never seen again
+  CHECK(t.admit(sa(held), lim, now) == Cause::none);
+  for (const auto* c : {&returning, &once}) {
+    CHECK(t.admit(sa(*c), lim, now) == Cause::none);
+    t.release(sa(*c));
+    CHECK(t.admit(sa(*c), lim, now) == Cause::rate_limited);
+  }
+  for (std::uint32_t i = 0; i < ClientTable::kMaxClients * 4; ++i) {
+    const auto other = nth(i);
+    REQUIRE(t.admit(sa(other), lim, now) == Cause::none);
+    t.release(sa(other));
+    // ~60 newcomers per shard between two tries, far less than a shard holds.
+    if (i % 1000 == 0) REQUIRE(t.admit(sa(returning), lim, now) == Cause::rate_limited);
+  }
+  CHECK(t.admit(sa(held), lim, now) == Cause::client_limit);  // its open connection is still counted
+  t.release(sa(held));
+  CHECK(t.admit(sa(held), lim, now) == Cause::rate_limited);  // and its bucket is still empty
+  CHECK(t.admit(sa(returning), lim, now) == Cause::rate_limited);
+  // What the bound costs: an address idle while 65 536 others arrived starts afresh.
+  CHECK(t.admit(sa(once), lim, now) == Cause::none);
+}
+
+TEST_CASE("a shard whose every slot has an open connection refuses; a slot frees when its client leaves") {
+  ClientTable t(ClientTable::kShards);  // one address per shard
+  const ClientTable::Limits lim{1, 0};
+  std::vector<std::uint32_t> admitted;
+  std::vector<std::uint32_t> refused;
+  for (std::uint32_t i = 0; i < 1000; ++i) {
+    (t.admit(sa(nth(i)), lim, 0) == Cause::none ? admitted : refused).push_back(i);
+  }
+  CHECK(admitted.size() == ClientTable::kShards);
+  CHECK(t.refused_full() == refused.size());
+  CHECK(t.evicted() == 0);
+  for (std::uint32_t i : refused) CHECK(t.admit(sa(nth(i)), lim, 0) == Cause::client_limit);
+  for (std::uint32_t i : admitted) t.release(sa(nth(i)));
+  for (std::uint32_t i : refused) {
+    REQUIRE(t.admit(sa(nth(i)), lim, 0) == Cause::none);
+    t.release(sa(nth(i)));
+  }
+  CHECK(t.size() == ClientTable::kShards);
 }
