@@ -595,16 +595,20 @@ def test_taking_an_instance_out_refuses_no_client(cluster, how):
 def test_killing_an_instance_loses_only_its_own_sessions(cluster):
     topo, insts, _ = cluster(3)
     victim = insts[2]
-    long = []
-    for _ in range(18):
+    long: list[Client] = []
+
+    def through(k: int) -> int:
+        return sum(1 for c in long if c.instance == instance_ip(k))
+
+    # At least 18 sessions, and more (within a bound) until the victim and
+    # the others each carry a few: ECMP decides where each one goes.
+    while len(long) < 18 or (len(long) < 60 and (through(3) < 3 or len(long) - through(3) < 3)):
         c = Client(topo, total=1 << 20, chunk=16384, pause=0.02)
         c.go.clear()  # each moves its first block only once all are open
         c.start()
+        assert c.started.wait(harness.EVENT_TIMEOUT) and c.instance, c.error
         long.append(c)
-    for c in long:
-        assert c.started.wait(harness.EVENT_TIMEOUT)
-    on = {c.instance for c in long}
-    assert instance_ip(3) in on and len(on) >= 2, f"sessions went through only {on}"
+    assert through(3) >= 3 and len(long) - through(3) >= 3, [c.instance for c in long]
     for c in long:
         c.go.set()
     victim.proc.kill()
