@@ -475,7 +475,7 @@ admin::ProcessInfo Control::process_info() const {
   for (const auto& s : sockets_) p.listener_addresses[s->listener] = s->bound;
   p.ready = ready();
   p.not_ready_reason = stopping_             ? "stopping (graceful stop under way)"
-                       : delaying_stop_      ? "stopping after shutdown_delay (SIGTERM received)"
+                       : delaying_stop_      ? "stopping: shutdown_delay runs before the graceful stop"
                        : healthcheck_failed_ ? "failed by POST /healthcheck/fail"
                                              : "";
   p.ready_since_ms = ready_since_ms_ != 0 ? ready_since_ms_ : started_at_ms_;
