@@ -25,6 +25,7 @@ test_packages=(
   python3-matplotlib   # the L4/L7 routing comparison draws its chart (tools/compare_routing.py)
   iproute2 nftables   # network-namespace fault tests: veth pairs, dropped packets
   strace   # system calls per connection, in a test and in the benchmark
+  keepalived   # scale-out: a VRRP pair whose track_script asks GET /ready
 )
 
 packages=("${build_packages[@]}")

@@ -54,6 +54,9 @@ struct GlobalConfig {
   std::string access_log_format = "text"; // "text" | "json"
   Duration log_interval{0};              // interim access records for long sessions; 0 = off
   Duration drain_timeout{0};             // default for upstreams (see UpstreamConfig)
+  // On SIGTERM: GET /ready answers 503 at once, listeners keep accepting
+  // this long, then the graceful stop begins (a front tier's notice period).
+  Duration shutdown_delay{0};
 };
 
 // [admin]: the HTTP admin API on the control loop. Absent table = no API.

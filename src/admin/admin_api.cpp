@@ -106,6 +106,13 @@ RateLimitedWarning g_unauthorized;
 AdminApi::AdminApi(AdminHooks hooks) : hooks_(std::move(hooks)) {}
 
 Response AdminApi::handle(const Request& req) {
+  // GET /ready needs no token: a front tier's probe (keepalived's curl, a
+  // kubelet) learns one bit and should not have to carry the secret, as
+  // with HAProxy's monitor-uri. POST /healthcheck/* is checked below.
+  if (const auto p = split_path(req.path);
+      p.size() == 1 && p[0] == "ready" && (req.method == "GET" || req.method == "HEAD")) {
+    return readiness(req, "");
+  }
   if (!token_.empty()) {
     auto it = req.headers.find("authorization");
     const std::string_view prefix = "Bearer ";
@@ -150,6 +157,9 @@ Response AdminApi::handle(const Request& req) {
     if (!o.ok) return json_response(400, {{"ok", false}, {"error", o.message}});
     return json_response(200, {{"ok", true}, {"message", o.message}, {"generation", hooks_.info().generation}});
   }
+  // Readiness for a front tier: GET /ready, POST /healthcheck/{fail,ok}.
+  if (parts.size() == 1 && parts[0] == "ready") return readiness(req, "");
+  if (parts.size() == 2 && parts[0] == "healthcheck") return readiness(req, parts[1]);
   if (parts.size() == 5 && parts[0] == "upstreams" && parts[2] == "servers") {
     return server_action(req, parts[1], parts[3], parts[4]);
   }
@@ -212,6 +222,29 @@ Response AdminApi::server_action(const Request& req, std::string_view upstream_p
     spdlog::info("admin: {} enabled (by {})", who, req.peer);
   }
   return json_response(200, server_json(*up, i, Clock::now()));
+}
+
+// GET /ready (`action` empty): 200 while sluice takes traffic, 503 with the
+// reason while it is being taken out. POST /healthcheck/fail and
+// /healthcheck/ok (Envoy's names) set that by hand; neither touches a
+// listener or a live session.
+Response AdminApi::readiness(const Request& req, std::string_view action) {
+  if (action.empty()) {
+    if (req.method != "GET" && req.method != "HEAD") return method_not_allowed("GET");
+    const ProcessInfo info = hooks_.info();
+    if (info.ready) return json_response(200, {{"ready", true}, {"since_ms", info.ready_since_ms}});
+    return json_response(503, {{"ready", false},
+                               {"since_ms", info.ready_since_ms},
+                               {"error", "not ready: " + info.not_ready_reason}});
+  }
+  if (action != "fail" && action != "ok") {
+    return error(404, "unknown healthcheck action \"" + escape_text(std::string(action)) + "\" (fail, ok)");
+  }
+  if (req.method != "POST") return method_not_allowed("POST");
+  const Outcome o = hooks_.set_ready(action == "ok", req.peer);
+  const ProcessInfo info = hooks_.info();
+  if (!o.ok) return json_response(409, {{"ok", false}, {"ready", info.ready}, {"error", o.message}});
+  return json_response(200, {{"ok", true}, {"ready", info.ready}, {"message", o.message}});
 }
 
 Response AdminApi::page() {

@@ -41,6 +41,11 @@ struct ProcessInfo {
   std::uint64_t reloads_ok = 0;
   std::uint64_t reloads_failed = 0;
   std::map<std::string, std::string> listener_addresses;  // listener name -> bound address
+  // Readiness for a front tier (GET /ready): false from POST
+  // /healthcheck/fail until POST /healthcheck/ok, and from SIGTERM on.
+  bool ready = true;
+  std::string not_ready_reason;   // why not, when not ready
+  std::int64_t ready_since_ms = 0;  // wall clock of the last change (or the start)
 };
 
 struct AdminHooks {
@@ -50,6 +55,9 @@ struct AdminHooks {
   std::function<Outcome(std::string_view toml)> put_config;  // validate, write, apply
   // Close the live sessions on `server` with `cause` (every worker).
   std::function<void(std::shared_ptr<const ServerState>, Cause)> close_sessions;
+  // POST /healthcheck/fail (false) and /healthcheck/ok (true): readiness by
+  // hand. Refused (ok = false) when the host is stopping and `ready` is true.
+  std::function<Outcome(bool ready, const std::string& by)> set_ready;
 };
 
 class AdminApi {
@@ -66,6 +74,7 @@ class AdminApi {
   Response server_action(const Request& request, std::string_view upstream, std::string_view server,
                          std::string_view action);
   Response page();
+  Response readiness(const Request& request, std::string_view action);
 
   AdminHooks hooks_;
   std::string token_;

@@ -116,6 +116,9 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
   w.family("sluice_reloads_total", "counter", "Configuration reloads by result.");
   w.sample("sluice_reloads_total", {{"result", "ok"}}, info.reloads_ok);
   w.sample("sluice_reloads_total", {{"result", "error"}}, info.reloads_failed);
+  w.family("sluice_ready", "gauge",
+           "1 while GET /ready answers 200, 0 while the instance is being taken out (healthcheck/fail, SIGTERM).");
+  w.sample("sluice_ready", {}, info.ready ? 1.0 : 0.0);
 
   const ProcessCounters& pc = snap.registry->counters();
   w.family("sluice_connections", "gauge", "Open client connections, all listeners.");

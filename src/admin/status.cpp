@@ -62,6 +62,7 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
                         {"time_ms", info.reload_time_ms},     {"origin", info.reload_origin},
                         {"message", info.reload_message}};
   doc["reloads"] = {{"ok", info.reloads_ok}, {"failed", info.reloads_failed}};
+  doc["readiness"] = {{"ready", info.ready}, {"reason", info.not_ready_reason}, {"since_ms", info.ready_since_ms}};
   const ProcessCounters& pc = snapshot.registry->counters();
   doc["connections"] = relaxed(pc.connections);
 
@@ -173,6 +174,11 @@ std::string status_page(const nlohmann::json& s, const std::map<std::string, dou
          text(lr["origin"]) + "): " + (ok ? "succeeded" : "FAILED") + ": " + text(lr["message"]) + "</div>\n";
   } else {
     h += "<div class=\"meta\" id=\"last-reload\">no reload since start</div>\n";
+  }
+  // Absent from a document without it (the renderer takes any status JSON).
+  if (const auto rd = s.find("readiness"); rd != s.end() && !(*rd)["ready"].get<bool>()) {
+    h += "<div class=\"meta bad\" id=\"readiness\">not ready (GET /ready answers 503): " + text((*rd)["reason"]) +
+         "</div>\n";
   }
 
   h += "<h2>Listeners</h2><div class=\"wrap\"><table id=\"listeners\"><tr><th>name</th><th>address</th>"

@@ -236,7 +236,7 @@ class Parser {
   GlobalConfig parse_global(const toml::table& table) {
     TableReader r(table, "[global]", path_);
     r.reject_unknown_keys({"workers", "max_connections", "shutdown_timeout", "log_level", "error_log", "access_log",
-                           "access_log_format", "log_interval", "drain_timeout"});
+                           "access_log_format", "log_interval", "drain_timeout", "shutdown_delay"});
     GlobalConfig g;
     if (auto v = r.integer("workers", 0, 256)) g.workers = static_cast<unsigned>(*v);
     if (auto v = r.integer("max_connections", 1, kInt64Max)) g.max_connections = static_cast<std::uint64_t>(*v);
@@ -274,6 +274,7 @@ class Parser {
       g.log_interval = *v;
     }
     if (auto v = r.duration("drain_timeout", true)) g.drain_timeout = *v;
+    if (auto v = r.duration("shutdown_delay", true)) g.shutdown_delay = *v;
     return g;
   }
 

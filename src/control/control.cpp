@@ -374,6 +374,7 @@ void Control::on_signal(int signum) {
   switch (signum) {
     case SIGTERM:
     case SIGINT:
+      if (delay_stop(signum)) return;
       if (stopping_) {
         spdlog::info("received {} again: closing every session now", signum == SIGINT ? "SIGINT" : "SIGTERM");
         begin_stop(true);
@@ -472,6 +473,12 @@ admin::ProcessInfo Control::process_info() const {
   p.reloads_ok = reloads_ok_;
   p.reloads_failed = reloads_failed_;
   for (const auto& s : sockets_) p.listener_addresses[s->listener] = s->bound;
+  p.ready = ready();
+  p.not_ready_reason = stopping_             ? "stopping (graceful stop under way)"
+                       : delaying_stop_      ? "stopping: shutdown_delay runs before the graceful stop"
+                       : healthcheck_failed_ ? "failed by POST /healthcheck/fail"
+                                             : "";
+  p.ready_since_ms = ready_since_ms_ != 0 ? ready_since_ms_ : started_at_ms_;
   return p;
 }
 
@@ -494,6 +501,7 @@ std::string Control::start_admin(const Config& config) {
   hooks.close_sessions = [this](std::shared_ptr<const ServerState> server, Cause cause) {
     close_sessions(std::move(server), cause);
   };
+  hooks.set_ready = [this](bool ok, const std::string& by) { return set_healthcheck(ok, by); };
   admin_api_ = std::make_unique<admin::AdminApi>(std::move(hooks));
   admin_api_->set_token(config.admin.token);
   admin_http_ = std::make_unique<admin::HttpServer>(
@@ -534,6 +542,58 @@ void Control::begin_stop(bool now) {
   for (auto& w : workers_) {
     w->post(WorkerCommand::of(now ? WorkerCommand::Kind::stop_now : WorkerCommand::Kind::stop));
   }
+}
+
+void Control::set_ready_changed() { ready_since_ms_ = wall_ms(); }
+
+admin::Outcome Control::set_healthcheck(bool ok, const std::string& by) {
+  if (ok && (stopping_ || delaying_stop_)) {
+    return {false, "sluice is stopping: it stays not ready (POST /healthcheck/ok refused)"};
+  }
+  const bool was = ready();
+  healthcheck_failed_ = !ok;
+  if (ready() != was) {
+    set_ready_changed();
+    spdlog::info("admin: readiness {} by POST /healthcheck/{} from {}; listeners and live sessions unchanged",
+                 ok ? "on" : "off", ok ? "ok" : "fail", by);
+  }
+  return {true, ready() ? "ready: GET /ready answers 200" : "not ready: GET /ready answers 503"};
+}
+
+bool Control::delay_stop(int signum) {
+  const char* name = signum == SIGINT ? "SIGINT" : "SIGTERM";
+  if (stopping_) return false;
+  if (delaying_stop_) {
+    // A second signal: the operator (or an orchestrator's kill) does not
+    // want to wait for the rest of the delay.
+    spdlog::info("received {} again during shutdown_delay: graceful stop begins now", name);
+    delaying_stop_ = false;
+    uv_timer_stop(&shutdown_delay_timer_);
+    uv_close(as_handle(&shutdown_delay_timer_), nullptr);
+    return false;
+  }
+  const Duration delay = snapshot_ ? snapshot_->config->global.shutdown_delay : Duration{0};
+  if (delay.count() <= 0) {
+    if (ready()) set_ready_changed();  // the stop the caller begins makes it 503
+    return false;
+  }
+  const bool was = ready();
+  delaying_stop_ = true;
+  if (was) set_ready_changed();
+  spdlog::info("received {}: not ready (GET /ready answers 503); listeners keep accepting for shutdown_delay {} "
+               "before the graceful stop (send it again not to wait)",
+               name, format_duration(delay));
+  notify_systemd("STATUS=stopping: not ready, listeners open for shutdown_delay " + format_duration(delay));
+  uv_timer_init(loop_, &shutdown_delay_timer_);
+  shutdown_delay_timer_.data = this;
+  uv_timer_start(&shutdown_delay_timer_, [](uv_timer_t* t) {
+    auto* c = static_cast<Control*>(t->data);
+    c->delaying_stop_ = false;
+    uv_close(as_handle(t), nullptr);
+    spdlog::info("shutdown_delay over: graceful stop begins");
+    c->begin_stop(false);
+  }, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(delay).count()), 0);
+  return true;
 }
 
 void Control::on_stopped_async(uv_async_t* a) {

@@ -92,6 +92,17 @@ class Control {
   admin::ProcessInfo process_info() const;
   void close_sessions(std::shared_ptr<const ServerState> server, Cause cause);
 
+  // Readiness for a front tier (GET /ready, POST /healthcheck/*).
+  bool ready() const { return !healthcheck_failed_ && !delaying_stop_ && !stopping_; }
+  void set_ready_changed();
+  admin::Outcome set_healthcheck(bool ok, const std::string& by);
+  // On SIGTERM/SIGINT with [global] shutdown_delay: turns readiness off and
+  // keeps the listeners open for the delay, then begins the graceful stop.
+  // Returns true when the signal is taken care of (the delay began);
+  // false when the caller should begin the stop now (no delay, or a second
+  // signal during it).
+  bool delay_stop(int signum);
+
   static void on_signal_fd(uv_poll_t* h, int status, int events);
   void on_signal(int signum);
   void close_signal_fd();
@@ -124,6 +135,10 @@ class Control {
   AdminConfig admin_config_;  // what the running admin API was started with
   std::unique_ptr<HealthChecker> health_;  // active checks, on this loop
   bool handles_closed_ = false;
+  bool healthcheck_failed_ = false;  // POST /healthcheck/fail, until /healthcheck/ok
+  bool delaying_stop_ = false;       // SIGTERM came; shutdown_delay runs before the stop
+  std::int64_t ready_since_ms_ = 0;
+  uv_timer_t shutdown_delay_timer_{};  // initialised only while delaying_stop_
   int exit_status_ = 0;
 };
 

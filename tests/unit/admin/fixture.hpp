@@ -19,6 +19,7 @@ struct Fixture {
   ProcessInfo info;
   std::vector<std::pair<std::string, Cause>> closed;  // close_sessions calls: server address, cause
   int reloads = 0;
+  bool refuse_ready = false;  // set_ready(true) answers as a stopping host does
 
   explicit Fixture(const std::string& extra_upstream = "") {
     const std::string text =
@@ -42,6 +43,12 @@ struct Fixture {
     };
     h.put_config = [](std::string_view body) { return Outcome{body == "ok", body == "ok" ? "fine" : "t.toml:1:2: no"}; };
     h.close_sessions = [this](std::shared_ptr<const ServerState> s, Cause c) { closed.emplace_back(s->address.text, c); };
+    h.set_ready = [this](bool ok, const std::string&) {
+      if (ok && refuse_ready) return Outcome{false, "stopping"};
+      info.ready = ok;
+      info.not_ready_reason = ok ? "" : "failed by hand";
+      return Outcome{true, ok ? "ready" : "not ready"};
+    };
     return h;
   }
 };

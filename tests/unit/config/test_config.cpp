@@ -21,7 +21,7 @@ namespace {
 
 const std::string kGlobalKeys =
     "allowed: workers, max_connections, shutdown_timeout, log_level, error_log, access_log, access_log_format, "
-    "log_interval, drain_timeout";
+    "log_interval, drain_timeout, shutdown_delay";
 const std::string kListenerKeys =
     "allowed: name, listen, upstream, connect_timeout, idle_timeout, tries, next_upstream_timeout, fin_timeout, "
     "max_lifetime, backlog, preread, preread_timeout, preread_max_bytes, routes, default_upstream, on_not_tls, "
@@ -75,6 +75,7 @@ TEST_CASE("[global]") {
       {"[global]\nshutdown_timeout = \"8d\"\n" + kTail, "x.toml:2:20: [global]: shutdown_timeout " + kLike + "\"8d\""},
       {"[global]\nshutdown_timeout = \"169h\"\n" + kTail,
        "x.toml:2:20: [global]: shutdown_timeout must be at most 7 days (\"168h\"), got \"169h\""},
+      {"[global]\nshutdown_delay = \"5\"\n" + kTail, "x.toml:2:18: [global]: shutdown_delay " + kLike + "\"5\""},
       {"[global]\nshutdown_timeout = 30\n" + kTail,
        "x.toml:2:20: [global]: shutdown_timeout must be a duration string like \"3s\", got integer 30"},
       {"[global]\nlog_level = \"verbose\"\n" + kTail,
@@ -337,6 +338,7 @@ TEST_CASE("defaults are applied") {
   CHECK(c.global.workers == 0);
   CHECK(c.global.max_connections == 100000);
   CHECK(c.global.shutdown_timeout == 30s);
+  CHECK(c.global.shutdown_delay == 0s);
   CHECK(c.global.log_level == "info");
   CHECK(c.global.access_log == "stderr");
   CHECK(c.global.access_log_format == "text");
@@ -382,6 +384,7 @@ TEST_CASE("every key is read") {
 workers = 4
 max_connections = 5000000000
 shutdown_timeout = "2m"
+shutdown_delay = "15s"
 log_level = "debug"
 access_log = "/var/log/sluice/access.log"
 access_log_format = "json"
@@ -446,6 +449,7 @@ servers = [{ address = "10.0.2.1:80" }]
   CHECK(c.global.workers == 4);
   CHECK(c.global.max_connections == 5000000000ULL);
   CHECK(c.global.shutdown_timeout == 2min);
+  CHECK(c.global.shutdown_delay == 15s);
   CHECK(c.global.log_level == "debug");
   CHECK(c.global.access_log == "/var/log/sluice/access.log");
   CHECK(c.global.access_log_format == "json");
