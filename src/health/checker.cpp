@@ -20,19 +20,21 @@ void HealthChecker::update(const Snapshot& snapshot) {
   struct Wanted {
     std::shared_ptr<ServerState> state;
     const HealthConfig* config;
+    const Endpoint* address;  // as the file says now
   };
   std::map<const ServerState*, Wanted> wanted;
   for (const auto& [name, upstream] : snapshot.upstreams) {
     const auto& health = upstream->config().health;
     if (!health) continue;
     for (std::size_t i = 0; i < upstream->size(); ++i) {
-      const auto& state = upstream->member(i).state;
-      wanted.emplace(state.get(), Wanted{state, &*health});
+      const Member& m = upstream->member(i);
+      wanted.emplace(m.state.get(), Wanted{m.state, &*health, &m.config.address});
     }
   }
   for (auto it = targets_.begin(); it != targets_.end();) {
     const auto w = wanted.find(it->first);
-    if (w != wanted.end() && health::same_check(it->second->config(), *w->second.config)) {
+    if (w != wanted.end() && health::same_check(it->second->config(), *w->second.config) &&
+        health::same_target(it->second->address(), *w->second.address)) {
       ++it;
       continue;
     }
@@ -43,7 +45,7 @@ void HealthChecker::update(const Snapshot& snapshot) {
   }
   for (const auto& [key, w] : wanted) {
     if (targets_.count(key) != 0) continue;
-    auto target = std::make_unique<Target>(*this, w.state, *w.config);
+    auto target = std::make_unique<Target>(*this, w.state, *w.config, *w.address);
     target->start();
     targets_.emplace(key, std::move(target));
   }

@@ -42,12 +42,15 @@ class HealthChecker {
   void set_on_down(DownCallback on_down) { on_down_ = std::move(on_down); }
 
   // Makes the running checks match `snapshot`: a server that stays (the same
-  // ServerState) with the same health settings keeps its check, counters and
-  // schedule; a new server, or one whose settings changed, gets a new check
-  // (keeping its current up/down state); a server that left, or whose
-  // upstream lost its health table, is no longer checked and its active
-  // state returns to "unchecked". `initial` applies only to a server never
-  // checked before.
+  // ServerState: the same resolved address) with the same health settings
+  // and the same address text keeps its check, counters and schedule; a new
+  // server, or one whose settings or spelling changed (the HTTP Host header
+  // and PostgreSQL's TLS name come from the text), gets a new check (keeping
+  // its current up/down state); a server that left, or whose upstream lost
+  // its health table, is no longer checked and its active state returns to
+  // "unchecked". `initial` applies only to a server never checked before.
+  // Checks probe the address the Snapshot's member has, the one sessions
+  // connect to.
   void update(const Snapshot& snapshot);
 
   // Stops every check and closes every handle; `done` runs (from the loop)

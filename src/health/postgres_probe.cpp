@@ -73,6 +73,9 @@ void PostgresProbe::begin() {
     fail_with_libpq("");
     return;
   }
+  // libpq prints a server's notices to stderr, which may be our error log:
+  // a server's bytes must not write lines there.
+  PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);
   // As if PQconnectPoll had said PGRES_POLLING_WRITING.
   watch(UV_WRITABLE, true);
 }
@@ -115,6 +118,9 @@ void PostgresProbe::on_poll(uv_poll_t* h, int status, int) {
   } else {
     self->flush_query();
   }
+  // libpq keeps a message whole, however long its header says it is, and
+  // keeps every row and notice of the check: bound what it may have read.
+  if (self->in_flight() && self->conn_ != nullptr) self->over_reply_cap(PQsocket(self->conn_));
 }
 
 void PostgresProbe::connect_step() {

@@ -9,7 +9,9 @@
 #include <utility>
 
 #include "health/http_probe.hpp"
+#include "health/match.hpp"
 #include "health/postgres_probe.hpp"
+#include "health/received.hpp"
 #include "health/redis_probe.hpp"
 #include "health/send_expect_probe.hpp"
 #include "health/tcp_probe.hpp"
@@ -54,6 +56,13 @@ void Probe::on_timeout(uv_timer_t* t) {
   Result result = std::move(self->result_);
   self->result_ = nullptr;
   result(self->verdict_, std::move(self->reason_));
+}
+
+bool Probe::over_reply_cap(int fd) {
+  const auto received = bytes_received(fd);
+  if (!received || *received <= kMaxReplyBytes) return false;
+  finish(false, "reply over the " + std::to_string(kMaxReplyBytes / 1024) + " KiB cap");
+  return true;
 }
 
 Probe::Verdict Probe::failed_with(int uv_err) {

@@ -78,6 +78,12 @@ class Probe {
   bool read_password(std::string& out);
   // A check is running and not yet decided.
   bool in_flight() const { return result_ && !decided_; }
+  // For probes whose client library reads the socket and would buffer a
+  // reply of any size (hiredis, libpq): fails the check when the server has
+  // sent more than kMaxReplyBytes on `fd` in all, and returns true. Called
+  // after each time the library read, so the library holds at most the cap
+  // plus one read.
+  bool over_reply_cap(int fd);
 
   uv_loop_t* loop_;
   const HealthConfig config_;

@@ -76,7 +76,14 @@ void RedisProbe::on_poll(uv_poll_t* h, int status, int events) {
   auto* ev = Events::from(h->data);
   // On an error libuv stops the handle; hiredis finds the cause itself.
   const int ready = status < 0 ? ev->events : events;
-  if (ev->ac != nullptr && (ready & UV_READABLE) != 0) redisAsyncHandleRead(ev->ac);
+  if (ev->ac != nullptr && (ready & UV_READABLE) != 0) {
+    // hiredis keeps an unfinished reply whole ("$2000000000" and then
+    // bytes): it reads 16 KiB a turn, so checking after each read bounds it.
+    const int fd = ev->ac->c.fd;
+    redisAsyncHandleRead(ev->ac);
+    RedisProbe* self = ev->owner;
+    if (ev->ac != nullptr && self->ac_ == ev->ac && self->in_flight() && self->over_reply_cap(fd)) return;
+  }
   if (ev->ac != nullptr && (ready & UV_WRITABLE) != 0) redisAsyncHandleWrite(ev->ac);
 }
 

@@ -30,6 +30,8 @@ class RiseFall {
   bool up() const { return up_; }
   // Consecutive results against the current state so far.
   std::uint32_t streak() const { return streak_; }
+  // How many such results change the state (rise when down, fall when up).
+  std::uint32_t needed() const { return up_ ? fall_ : rise_; }
 
  private:
   std::uint32_t rise_;

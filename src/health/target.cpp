@@ -6,6 +6,7 @@
 
 #include "health/schedule.hpp"
 #include "log/rate_limited_warning.hpp"
+#include "sluice/address.hpp"
 
 namespace sluice::health {
 
@@ -27,6 +28,10 @@ bool same_check(const HealthConfig& a, const HealthConfig& b) {
          a.send_proxy == b.send_proxy;
 }
 
+bool same_target(const Endpoint& a, const Endpoint& b) {
+  return a.text == b.text && a.port == b.port && a.addr_len == b.addr_len && same_ip(a.addr, b.addr);
+}
+
 namespace {
 
 RateLimitedWarning g_local_warning;
@@ -42,11 +47,13 @@ bool starts_up(const ServerState& state, const HealthConfig& config) {
 
 }  // namespace
 
-Target::Target(HealthChecker& owner, std::shared_ptr<ServerState> state, const HealthConfig& config)
+Target::Target(HealthChecker& owner, std::shared_ptr<ServerState> state, const HealthConfig& config,
+               const Endpoint& address)
     : owner_(owner),
       state_(std::move(state)),
       config_(config),
-      probe_(make_probe(owner.loop_, config_, state_->address)),
+      address_(address),
+      probe_(make_probe(owner.loop_, config_, address_)),
       counter_(config_.rise, config_.fall, starts_up(*state_, config_)) {
   timer_ = handles_.add(new Timer(this));
   uv_timer_init(owner.loop_, &timer_->uv);
@@ -90,9 +97,15 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
     const auto detect = std::chrono::duration_cast<Duration>(Clock::now() - streak_started_);
     state_->set_active(*changed ? ActiveState::up : ActiveState::down, reason, detect);
     if (!*changed) owner_.reported_down(*this);
-  } else if (!ok && !counter_.up()) {
-    // Still down: the status shows the latest cause (no log, no transition).
-    state_->set_active(ActiveState::down, reason);
+  } else if (counter_.streak() == 0) {
+    // Agrees with the state: the status shows this check's result (no log,
+    // no transition), so a server that is up says why it is up now.
+    state_->note_check(reason, !ok);
+  } else {
+    // On the way to a change: say how far.
+    state_->note_check(fmt::format("{} ({} of {} {} to mark it {})", reason, counter_.streak(), counter_.needed(),
+                                   ok ? "passes" : "failures", ok ? "up" : "down"),
+                       !ok);
   }
   // The interval runs from the end of this check to the start of the next.
   schedule(next_delay(config_.interval, config_.jitter, owner_.uniform()));

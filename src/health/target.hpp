@@ -18,10 +18,14 @@ namespace sluice::health {
 
 // Do two health tables ask for the same check?
 bool same_check(const HealthConfig& a, const HealthConfig& b);
+// Do two server addresses make the same probe (text and resolved address)?
+bool same_target(const Endpoint& a, const Endpoint& b);
 
 class Target {
  public:
-  Target(HealthChecker& owner, std::shared_ptr<ServerState> state, const HealthConfig& config);
+  // `address` is the server's address as the configuration has it now.
+  Target(HealthChecker& owner, std::shared_ptr<ServerState> state, const HealthConfig& config,
+         const Endpoint& address);
   Target(const Target&) = delete;
   Target& operator=(const Target&) = delete;
 
@@ -33,6 +37,7 @@ class Target {
 
   const std::shared_ptr<ServerState>& state() const { return state_; }
   const HealthConfig& config() const { return config_; }
+  const Endpoint& address() const { return address_; }
 
  private:
   using Timer = Handle<uv_timer_t, Target>;
@@ -45,6 +50,7 @@ class Target {
   HealthChecker& owner_;
   std::shared_ptr<ServerState> state_;
   HealthConfig config_;
+  Endpoint address_;
   std::unique_ptr<Probe> probe_;
   HandleTracker handles_;
   Timer* timer_ = nullptr;

@@ -684,6 +684,7 @@ void Session::on_timer() {
       }
       if (interim_at_ms_ != 0 && now >= interim_at_ms_) {
         interim_at_ms_ = now + ms(snapshot_->config->global.log_interval);
+        count_bytes();
         if (snapshot_->access_log->enabled()) write_access_record(true);
       }
       if (lc.max_lifetime.count() > 0 && now >= start_ms_ + ms(lc.max_lifetime)) {
@@ -764,16 +765,29 @@ void Session::finish(Cause cause) {
 
   snapshot_->registry->counters().closed.add(cause_);
   lv_.stats->closed.add(cause_);
-  lv_.stats->bytes_in.fetch_add(c2s_.bytes, std::memory_order_relaxed);
-  lv_.stats->bytes_out.fetch_add(s2c_.bytes, std::memory_order_relaxed);
-  if (ServerState* st = connector_.server(); st != nullptr && connected_) {
-    st->bytes_in.fetch_add(c2s_.bytes, std::memory_order_relaxed);
-    st->bytes_out.fetch_add(s2c_.bytes, std::memory_order_relaxed);
-  }
+  count_bytes();
   if (client_counted_) lv_.stats->clients.release(&peer_.sa);
   if (!quiet_ && snapshot_->access_log->enabled()) write_access_record();
   host_.unlink(*this);
   host_.retire(*this);
+}
+
+// Adds what moved since the last call to the listener's and the server's
+// byte counters: at the end, and at each interim record (log_interval), so
+// that a long session shows in /metrics before it ends without an atomic
+// add per send.
+void Session::count_bytes() {
+  const std::uint64_t in = c2s_.bytes - counted_in_;
+  const std::uint64_t out = s2c_.bytes - counted_out_;
+  if (in == 0 && out == 0) return;
+  counted_in_ = c2s_.bytes;
+  counted_out_ = s2c_.bytes;
+  lv_.stats->bytes_in.fetch_add(in, std::memory_order_relaxed);
+  lv_.stats->bytes_out.fetch_add(out, std::memory_order_relaxed);
+  if (ServerState* st = connector_.server(); st != nullptr && connected_) {
+    st->bytes_in.fetch_add(in, std::memory_order_relaxed);
+    st->bytes_out.fetch_add(out, std::memory_order_relaxed);
+  }
 }
 
 void Session::write_access_record(bool interim) {

@@ -118,6 +118,7 @@ class Session {
   void arm_timer();
   void on_timer();
   void write_access_record(bool interim = false);
+  void count_bytes();
   enum class Drain { moving, stalled, unknown };
   Drain peers_draining();
   std::string hash_key(const Upstream& up) const;
@@ -168,6 +169,8 @@ class Session {
   std::uint64_t start_ms_ = 0;
   std::uint64_t connected_ms_ = 0;
   std::uint64_t interim_at_ms_ = 0;     // next interim access record (log_interval); 0 = off
+  std::uint64_t counted_in_ = 0;        // c2s_.bytes already in the byte counters
+  std::uint64_t counted_out_ = 0;       // s2c_.bytes already in the byte counters
   std::uint64_t last_activity_ms_ = 0;
   std::uint64_t close_at_ms_ = 0;   // scheduled end (drain); 0 = none
   static constexpr std::uint32_t kUnsampled = 0xffffffff;

@@ -1,18 +1,42 @@
 #include "runtime/registry.hpp"
 
+#include <cstring>
 #include <unordered_set>
 
+#include <spdlog/spdlog.h>
+
 #include "log/access_log.hpp"
+#include "sluice/address.hpp"
 
 namespace sluice {
+
+std::string server_identity(const Endpoint& address) {
+  const sockaddr_storage& ss = address.addr;
+  std::string id(1, static_cast<char>(ss.ss_family));
+  const auto append = [&id](const void* p, std::size_t n) { id.append(static_cast<const char*>(p), n); };
+  if (ss.ss_family == AF_INET) {
+    sockaddr_in sin{};
+    std::memcpy(&sin, &ss, sizeof sin);
+    append(&sin.sin_port, sizeof sin.sin_port);
+    append(&sin.sin_addr, sizeof sin.sin_addr);
+  } else if (ss.ss_family == AF_INET6) {
+    sockaddr_in6 sin6{};
+    std::memcpy(&sin6, &ss, sizeof sin6);
+    append(&sin6.sin6_port, sizeof sin6.sin6_port);
+    append(&sin6.sin6_addr, sizeof sin6.sin6_addr);
+    append(&sin6.sin6_scope_id, sizeof sin6.sin6_scope_id);
+  } else {
+    id += address.text;
+  }
+  return id;
+}
 
 Registry::Registry() = default;
 Registry::~Registry() = default;
 
 std::shared_ptr<ServerState> Registry::server(const UpstreamConfig& upstream, const ServerConfig& server) {
   std::lock_guard lock(mu_);
-  auto key = std::make_pair(upstream.name, server.address.text);
-  std::weak_ptr<ServerState>& slot = servers_[key];
+  std::weak_ptr<ServerState>& slot = servers_[ServerKey(upstream.name, server_identity(server.address))];
   std::shared_ptr<ServerState> state = slot.lock();
   if (state) {
     state->configure_passive(upstream.max_fails, upstream.fail_timeout);
@@ -24,16 +48,29 @@ std::shared_ptr<ServerState> Registry::server(const UpstreamConfig& upstream, co
     state = std::make_shared<ServerState>(upstream.name, server.address, upstream.max_fails, upstream.fail_timeout);
     slot = state;
   }
+  std::weak_ptr<ServerState>& named = by_text_[std::make_pair(upstream.name, server.address.text)];
+  if (const auto before = named.lock(); before && before != state) {
+    // The same name, another address: a new server to check and count. The
+    // old address's sessions go on as a removed server's do.
+    spdlog::info("upstream \"{}\" server {} now resolves to {} (was {}): a new server from now on", upstream.name,
+                 server.address.text, format_sockaddr(reinterpret_cast<const sockaddr*>(&server.address.addr)),
+                 format_sockaddr(reinterpret_cast<const sockaddr*>(&before->address.addr)));
+  }
+  named = state;
   return state;
 }
 
 void Registry::forget_servers_except(const std::vector<const ServerState*>& kept) {
   std::lock_guard lock(mu_);
   std::unordered_set<const ServerState*> keep(kept.begin(), kept.end());
-  for (auto it = servers_.begin(); it != servers_.end();) {
-    const std::shared_ptr<ServerState> s = it->second.lock();
-    it = s && keep.count(s.get()) ? std::next(it) : servers_.erase(it);
-  }
+  const auto forget = [&keep](auto& map) {
+    for (auto it = map.begin(); it != map.end();) {
+      const std::shared_ptr<ServerState> s = it->second.lock();
+      it = s && keep.count(s.get()) ? std::next(it) : map.erase(it);
+    }
+  };
+  forget(servers_);
+  forget(by_text_);
 }
 
 std::vector<std::shared_ptr<ServerState>> Registry::servers() const {

@@ -1,8 +1,12 @@
 // The long-lived half of the runtime: state that must outlive any one
-// configuration. Server state is keyed by upstream name + server address, so
-// a reload that keeps a server keeps its active count, health, drain flag and
-// runtime weight; a reload that removes one forgets it. Process and listener counters live here too, so that a
-// reload never resets max_connections accounting or what /metrics reports.
+// configuration. Server state is keyed by upstream name + the socket address
+// the server resolves to (family, IP, IPv6 scope, port), never by how the
+// file spells it: "[0:0:0:0:0:0:0:1]:5432" and "[::1]:5432" are one server,
+// and a host name that resolves elsewhere after a reload is a new one. So a
+// reload that keeps a server keeps its active count, health, drain flag and
+// runtime weight; a reload that removes one forgets it. Process and listener
+// counters live here too, so that a reload never resets max_connections
+// accounting or what /metrics reports.
 //
 // Lookups take a lock; they happen only while a Snapshot is built (control
 // loop). The data path holds shared_ptrs and touches only atomics.
@@ -49,6 +53,11 @@ struct ProcessCounters {
   std::atomic<std::uint64_t> local_errors{0};   // our own resource errors on connect
 };
 
+// A resolved address as an identity: family, IP, IPv6 scope and port, as
+// bytes. Two spellings of one address give the same identity; an address
+// without a family (never resolved) gives its text, so it is still unique.
+std::string server_identity(const Endpoint& address);
+
 class Registry {
  public:
   Registry();
@@ -56,8 +65,11 @@ class Registry {
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  // The state of `server` in `upstream`: the one the current Snapshot has,
-  // else a new one. Passive health takes the upstream's current parameters.
+  // The state of `server` in `upstream`: the one the current Snapshot has
+  // for the same resolved address, else a new one. Passive health takes the
+  // upstream's current parameters. A state keeps the address text it was
+  // created with (logs, /status and /metrics labels stay steady while the
+  // server stays); the file's current spelling is in the Snapshot's member.
   std::shared_ptr<ServerState> server(const UpstreamConfig& upstream, const ServerConfig& server);
   // Called once a new Snapshot holds `kept`: every other server was removed
   // by the reload. Old Snapshots (sessions still running) keep their state
@@ -80,8 +92,14 @@ class Registry {
   std::shared_ptr<AccessLog> access_log(const GlobalConfig& global);
 
  private:
+  // (upstream name, server_identity(address)).
+  using ServerKey = std::pair<std::string, std::string>;
+
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, std::weak_ptr<ServerState>> servers_;
+  std::map<ServerKey, std::weak_ptr<ServerState>> servers_;
+  // (upstream name, address as written) -> the state it named last, to
+  // tell the operator when a name now resolves elsewhere.
+  std::map<std::pair<std::string, std::string>, std::weak_ptr<ServerState>> by_text_;
   std::map<std::string, std::shared_ptr<ListenerStats>> listeners_;
   ProcessCounters counters_;
   std::shared_ptr<AccessLog> access_log_;

@@ -4,7 +4,7 @@
 // use the newest Snapshot; a live session keeps the one it started with (it
 // holds a shared_ptr), so a reload never changes a session under its feet.
 // Members point at the Registry's long-lived ServerStates, so counts and
-// health carry over by identity (upstream name + address).
+// health carry over by identity (upstream name + resolved socket address).
 #pragma once
 
 #include <cstdint>

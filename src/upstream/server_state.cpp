@@ -138,7 +138,8 @@ void ServerState::set_active(ActiveState s, std::string_view reason, Duration de
     std::lock_guard lock(mu_);
     active_reason_ = std::string(reason);
     if (before != s) active_since_ms_ = wall_ms();
-    if (s == ActiveState::up && before != ActiveState::up) up_since_ = Clock::now();
+    if (s == ActiveState::up && before == ActiveState::down && !active_guess_) up_since_ = Clock::now();
+    active_guess_ = before == ActiveState::unchecked && s != ActiveState::unchecked;
   }
   if (before == s) return;
   notify();
@@ -151,6 +152,12 @@ void ServerState::set_active(ActiveState s, std::string_view reason, Duration de
     spdlog::warn("upstream \"{}\" server {} marked down (active check): {} (detected in {})", upstream,
                  address.text, reason, format_duration(detect));
   }
+}
+
+void ServerState::note_check(std::string_view reason, bool failed) {
+  std::lock_guard lock(mu_);
+  active_reason_ = std::string(reason);
+  if (failed) active_guess_ = false;
 }
 
 TimePoint ServerState::up_since() const {

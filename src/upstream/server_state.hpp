@@ -1,5 +1,6 @@
 // One server's long-lived state, shared by every worker and kept across
-// reloads (the Registry hands out one per upstream name + address). What the
+// reloads (the Registry hands out one per upstream name + resolved socket
+// address; `address` is as the file wrote it when the state was made). What the
 // file says about the server (weight, max_conns, backup) is not here: that is
 // per configuration, in the Snapshot's membership (upstream/upstream.hpp).
 //
@@ -108,10 +109,19 @@ class ServerState {
 
   // ---- active health (written by the control loop) ----
   // Sets the active state; logs the transition with `reason` when it changes.
-  // `detect` is how long detection took (for the log line).
+  // `detect` is how long detection took (for the log line). From
+  // "unchecked" the state is `initial`'s guess, not a check's verdict; a
+  // later down -> up starts slow start only when a check had failed (an
+  // `initial = "down"` server that passes its first checks has not
+  // recovered from anything).
   void set_active(ActiveState s, std::string_view reason, Duration detect = Duration{0});
+  // A check's result that changes no state, for the status: the reason
+  // shown is always the last check's. `failed`: a failing check, which ends
+  // the initial guess (see set_active).
+  void note_check(std::string_view reason, bool failed);
   ActiveState active_state() const { return active_state_.load(std::memory_order_acquire); }
-  // When active checks last brought the server up (for slow start); the epoch when never.
+  // When health last brought the server back up after it was down (for slow
+  // start); the epoch when never.
   TimePoint up_since() const;
 
   // ---- admin (written by the control loop) ----
@@ -145,6 +155,7 @@ class ServerState {
   std::int64_t passive_since_ms_ = 0;  // under mu_
   std::string active_reason_;        // under mu_
   std::int64_t active_since_ms_ = 0;   // under mu_
+  bool active_guess_ = false;        // under mu_: the active state is still initial's guess
   TimePoint up_since_{};             // under mu_
   std::int64_t admin_since_ms_ = 0;    // under mu_
   // Fast path: true while passive health is up with no recent failure, so

@@ -74,7 +74,8 @@ std::uint32_t Upstream::base_weight(std::size_t index) const {
 }
 
 std::uint32_t Upstream::effective_weight_centi(std::size_t index, TimePoint now) const {
-  const TimePoint up = slow_start_.count() > 0 ? members_[index].state->up_since() : TimePoint{};
+  // Hashing never ramps (see weight_at): report the weight it uses.
+  const TimePoint up = slow_start_.count() > 0 && !hashing_ ? members_[index].state->up_since() : TimePoint{};
   return ramped_centi(base_weight(index), up, slow_start_, now);
 }
 

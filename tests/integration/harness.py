@@ -236,6 +236,7 @@ class Sluice:
         self.nofile_cap = nofile_cap
         self.nofile_soft: int | None = None
         self.env: dict[str, str] | None = None  # extra environment variables
+        self.command_prefix: list[str] = []  # runs sluice through this command (e.g. unshare)
         self.proc: subprocess.Popen | None = None
         self.log: LineLog | None = None
         self.addrs: dict[str, tuple[str, int]] = {}
@@ -252,7 +253,7 @@ class Sluice:
         elif self.nofile_soft:
             preexec = lambda: _lower_nofile(self.nofile_soft)  # noqa: E731
         self.proc = subprocess.Popen(
-            [str(binary), "-c", str(self.config_path)],
+            [*self.command_prefix, str(binary), "-c", str(self.config_path)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=self.workdir, preexec_fn=preexec,
             env={**os.environ, **self.env} if self.env else None)

@@ -22,6 +22,7 @@
 #include "health/checker.hpp"
 #include "runtime/registry.hpp"
 #include "runtime/snapshot.hpp"
+#include "sluice/address.hpp"
 
 using namespace sluice;
 using namespace std::chrono_literals;
@@ -33,10 +34,10 @@ struct Listener {
   uv_tcp_t tcp{};
   int port = 0;
 
-  explicit Listener(uv_loop_t* loop) {
+  explicit Listener(uv_loop_t* loop, int at_port = 0) {
     uv_tcp_init(loop, &tcp);
     sockaddr_in sin{};
-    uv_ip4_addr("127.0.0.1", 0, &sin);
+    uv_ip4_addr("127.0.0.1", at_port, &sin);
     REQUIRE(uv_tcp_bind(&tcp, reinterpret_cast<const sockaddr*>(&sin), 0) == 0);
     REQUIRE(uv_listen(reinterpret_cast<uv_stream_t*>(&tcp), 16, &Listener::on_connection) == 0);
     sockaddr_storage ss{};
@@ -147,6 +148,15 @@ class CapturedLog {
   std::shared_ptr<spdlog::logger> before_;
   std::ostringstream out_;
 };
+
+// Stops `checker`, runs `loop` dry and closes it: every handle must be gone.
+void stop_and_close(HealthChecker& checker, uv_loop_t& loop) {
+  bool stopped = false;
+  checker.stop([&] { stopped = true; });
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK(stopped);
+  CHECK(uv_loop_close(&loop) == 0);
+}
 
 }  // namespace
 
@@ -311,4 +321,98 @@ TEST_CASE("changed health settings replace the check but keep the server's state
   uv_run(&loop, UV_RUN_DEFAULT);
   CHECK(stopped);
   CHECK(uv_loop_close(&loop) == 0);
+}
+
+TEST_CASE("the status shows the last check's result, not the initial guess") {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  Registry registry;
+  auto live = std::make_unique<Listener>(&loop);
+  auto snap = Snapshot::build(config_with(server(live->port), true, HealthInitial::up, OnDown::keep), registry, 1);
+  ServerState& a = snap->find_upstream("pg")->server(0);
+  HealthChecker checker(&loop);
+  checker.update(*snap);
+  CHECK(a.active_state() == ActiveState::up);
+  CHECK(a.status(Clock::now()).reason == "active check: not checked yet (initial = up)");
+  // Passing checks agree with the state: no transition, but the status says so.
+  REQUIRE(run_until(&loop, [&] { return a.status(Clock::now()).reason == "active check: connected"; }));
+  CHECK(a.status(Clock::now()).state == "up");
+
+  // One failure of fall = 2: still up, and the status says how far it is.
+  live->close();
+  REQUIRE(run_until(&loop, [&] { return a.status(Clock::now()).active_reason != "connected"; }));
+  if (a.active_state() == ActiveState::up) {
+    CHECK(a.status(Clock::now()).active_reason == "connect refused (1 of 2 failures to mark it down)");
+  }
+  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::down; }));
+  CHECK(a.status(Clock::now()).active_reason == "connect refused");
+
+  stop_and_close(checker, loop);
+}
+
+TEST_CASE("slow start begins only when a server comes back, not at its first checks") {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  Registry registry;
+  auto first = std::make_unique<Listener>(&loop);
+  auto second = std::make_unique<Listener>(&loop);
+  // Server 0 starts up by its initial guess, server 1 down until it passes.
+  Config config = *config_with(server(first->port) + ", " + server(second->port), true, HealthInitial::up);
+  auto snap = Snapshot::build(std::make_shared<const Config>(config), registry, 1);
+  ServerState& guessed_up = snap->find_upstream("pg")->server(0);
+  ServerState& waited = snap->find_upstream("pg")->server(1);
+  waited.set_active(ActiveState::down, "waiting for the first check");  // as initial = "down" leaves it
+  HealthChecker checker(&loop);
+  checker.update(*snap);
+  REQUIRE(run_until(&loop, [&] {
+    return waited.active_state() == ActiveState::up && guessed_up.status(Clock::now()).active_reason == "connected";
+  }));
+  CHECK(guessed_up.up_since() == TimePoint{});
+  CHECK(waited.up_since() == TimePoint{});
+
+  // A real recovery: down by failing checks, then up again.
+  const TimePoint before = Clock::now();
+  const int port = first->port;
+  first->close();
+  REQUIRE(run_until(&loop, [&] { return guessed_up.active_state() == ActiveState::down; }));
+  CHECK(guessed_up.up_since() == TimePoint{});
+  first = std::make_unique<Listener>(&loop, port);
+  REQUIRE(run_until(&loop, [&] { return guessed_up.active_state() == ActiveState::up; }));
+  CHECK(guessed_up.up_since() >= before);
+
+  first->close();
+  second->close();
+  stop_and_close(checker, loop);
+}
+
+TEST_CASE("a server whose name resolves elsewhere is checked at its new address") {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  Registry registry;
+  auto live = std::make_unique<Listener>(&loop);
+  const int dead = dead_port(&loop);
+  auto snap = Snapshot::build(config_with(server(dead), true, HealthInitial::up, OnDown::keep), registry, 1);
+  ServerState& old_state = snap->find_upstream("pg")->server(0);
+  HealthChecker checker(&loop);
+  checker.update(*snap);
+  REQUIRE(run_until(&loop, [&] { return old_state.active_state() == ActiveState::down; }));
+
+  // The same text, resolved to the live port's address: as a host name
+  // whose DNS answer changed would be at the next reload.
+  Config moved = *config_with(server(dead), true, HealthInitial::up, OnDown::keep);
+  Endpoint& ep = moved.upstreams.at("pg").servers.at(0).address;
+  set_port(ep.addr, static_cast<std::uint16_t>(live->port));
+  const std::string text = ep.text;
+  auto snap2 = Snapshot::build(std::make_shared<const Config>(std::move(moved)), registry, 2);
+  ServerState& new_state = snap2->find_upstream("pg")->server(0);
+  CHECK(&new_state != &old_state);
+  CHECK(new_state.address.text == text);
+  checker.update(*snap2);
+  CHECK(checker.size() == 1);
+  REQUIRE(run_until(&loop, [&] { return new_state.status(Clock::now()).active_reason == "connected"; }));
+  CHECK(new_state.active_state() == ActiveState::up);
+  CHECK(old_state.active_state() == ActiveState::unchecked);
+
+  live->close();
+  stop_and_close(checker, loop);
 }
