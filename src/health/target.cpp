@@ -58,6 +58,7 @@ void Target::start() {
       state_->set_active(ActiveState::up, "not checked yet (initial = up)");
     } else {
       state_->set_active(ActiveState::down, "waiting for the first check");
+      waiting_first_ = true;
     }
   }
   schedule(first_delay(config_.interval, config_.jitter, owner_.uniform()));
@@ -85,14 +86,21 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
     return;
   }
   const bool ok = verdict == Probe::Verdict::pass;
+  const bool first = std::exchange(waiting_first_, false);
   if (ok != counter_.up() && counter_.streak() == 0) streak_started_ = check_started_;
   if (const auto changed = counter_.record(ok)) {
     const auto detect = std::chrono::duration_cast<Duration>(Clock::now() - streak_started_);
     state_->set_active(*changed ? ActiveState::up : ActiveState::down, reason, detect);
     if (!*changed) owner_.reported_down(*this);
   } else if (!ok && !counter_.up()) {
-    // Still down: the status shows the latest cause (no log, no transition).
+    // Still down: the status shows the latest cause (no transition). A
+    // server that started down says once why it stays down, at info: with
+    // role checks a standby failing a primary check is the normal case.
     state_->set_active(ActiveState::down, reason);
+    if (first) {
+      spdlog::info("upstream \"{}\" server {} stays down (active check): {}", state_->upstream,
+                   state_->address.text, reason);
+    }
   }
   // The interval runs from the end of this check to the start of the next.
   schedule(next_delay(config_.interval, config_.jitter, owner_.uniform()));
