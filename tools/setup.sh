@@ -18,6 +18,9 @@ packages=(
   python3-matplotlib   # the L4/L7 routing comparison draws its chart (tools/compare_routing.py)
   iproute2 nftables   # network-namespace fault tests: veth pairs, dropped packets
   strace   # system calls per connection, in a test and in the benchmark
+  debhelper dpkg-dev fakeroot lintian   # the Debian package (tools/deb.sh, tests/package)
+  scdoc man-db   # man pages sluice(8) and sluice.toml(5), and reading them in tests
+  systemd   # systemd-analyze verifies the unit; systemd-sysusers/-tmpfiles for the package
 )
 
 missing=()
