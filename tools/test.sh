@@ -150,6 +150,9 @@ if ! tools/build.sh build-ci -Dstrict=true -Dbuildtype=debugoptimized; then
   exit 1
 fi
 suite build-ci "default build"
+# Builds the Debian package once (a full compile of its own): not repeated
+# in the sanitizer passes.
+run_step "Debian package (tools/deb.sh, dpkg-deb, lintian)" "$py" -m pytest -q -p no:cacheprovider tests/package
 [[ $quick -eq 1 ]] && splice_suite build-ci "default build"
 
 if [[ $quick -eq 0 ]]; then
