@@ -1,20 +1,26 @@
 """`meson install` puts the same set as the Debian package in place (binary,
 unit, sysusers and tmpfiles files, logrotate file, configuration, man pages,
-docs), at the installation's own paths, and the unit passes
-`systemd-analyze verify`."""
+docs), at the installation's own paths; the unit passes `systemd-analyze
+verify`, and under the permissions it gets PUT /config can rewrite the
+configuration."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import pwd
 import re
 import shutil
+import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
 import harness
+from harness import listener, upstream
 
 
 def build_dir() -> Path:
@@ -191,3 +197,77 @@ def test_unit_keeps_its_hardening(installed, tmp_path):
     # systemd's scale runs from 0 (safe) to 10 (unsafe); the unit rates 1.5
     # with every protection it has today, and losing one rates worse.
     assert float(m.group(1)) <= 2.0, res.stdout
+
+
+def run_as_service_user(uid: int, gid: int):
+    """What the unit does before sluice runs: User=, Group=, UMask=0027."""
+    def preexec():
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        os.umask(0o027)
+    return preexec
+
+
+@pytest.mark.parametrize("dir_mode, writable", [(0o2775, True), (0o755, False)], ids=["tmpfiles-rule", "root-only"])
+def test_put_config_under_the_installed_permissions(installed, backends, dir_mode, writable):
+    """The configuration directory as the tmpfiles rule leaves it (root,
+    group sluice, 2775) and the file as the package installs it (root,
+    0644): sluice, running as the service user, can replace the file with
+    PUT /config. With the directory root's alone (the unit as it was), the
+    write fails with "Permission denied"."""
+    _, lay, dest = installed
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run sluice as another user")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody to stand in for the service user")
+    # Somewhere the service user may reach (a test's own temporary
+    # directory is root's alone).
+    base = Path(tempfile.mkdtemp(prefix="sluice-perm-"))
+    try:
+        base.chmod(0o711)
+        binary = base / "sluice-bin"
+        shutil.copy2(inside(dest, lay.sbin / "sluice"), binary)
+        confdir = base / "sluice"
+        confdir.mkdir()
+        os.chown(confdir, 0, nobody.pw_gid)  # the group stands in for "sluice"
+        confdir.chmod(dir_mode)
+        be = backends(harness.banner_handler, name="A")
+        config = confdir / "sluice.toml"
+
+        def text(level: str) -> str:
+            return harness.render_config({"workers": 1, "access_log": "off", "log_level": level},
+                                         [listener()], {"up": upstream(be)}) + '\n[admin]\nlisten = "127.0.0.1:0"\n'
+        config.write_text(text("info"))
+        config.chmod(0o644)
+        proc = subprocess.Popen([str(binary), "-c", str(config)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, cwd="/",
+                                preexec_fn=run_as_service_user(nobody.pw_uid, nobody.pw_gid))
+        log = harness.LineLog(proc.stdout)
+        try:
+            m = log.wait_for(r"admin API listening on (\S+)", timeout=harness.START_TIMEOUT)
+            host, port = harness.split_addr(m.group(1))
+            conn = http.client.HTTPConnection(host, port, timeout=harness.EVENT_TIMEOUT)
+            new = text("debug")
+            conn.request("PUT", "/config", body=new.encode())
+            reply = conn.getresponse()
+            body = json.loads(reply.read())
+            conn.close()
+            if writable:
+                assert reply.status == 200, body
+                assert config.read_text() == new
+                st = config.stat()
+                assert st.st_uid == nobody.pw_uid and st.st_gid == nobody.pw_gid
+                assert st.st_mode & 0o777 == 0o640, oct(st.st_mode)  # 0644 less UMask=0027
+                assert sorted(p.name for p in confdir.iterdir()) == ["sluice.toml"]
+            else:
+                assert reply.status == 400, body
+                assert "Permission denied" in body["error"], body
+                assert config.read_text() == text("info")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=15) == 0
+    finally:
+        shutil.rmtree(base)
