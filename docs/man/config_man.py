@@ -33,7 +33,8 @@ def inline(text: str) -> str:
         if m.group("code") is not None:
             out.append("*" + escape(m.group("code").strip()) + "*")
         elif m.group("bold") is not None:
-            out.append("*" + inline(m.group("bold")).replace("*", "") + "*")
+            # scdoc does not nest: code inside bold is just bold.
+            out.append("*" + escape(m.group("bold").replace("`", "")) + "*")
         else:
             label = inline(m.group("text"))
             target = m.group("target")
