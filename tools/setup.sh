@@ -26,6 +26,9 @@ test_packages=(
   iproute2 nftables   # network-namespace fault tests: veth pairs, dropped packets
   strace   # system calls per connection, in a test and in the benchmark
   keepalived   # scale-out: a VRRP pair whose track_script asks GET /ready
+  debhelper dpkg-dev fakeroot lintian   # the Debian package (tools/deb.sh, tests/package)
+  scdoc man-db   # man pages sluice(8) and sluice.toml(5), and reading them in tests
+  systemd   # systemd-analyze verifies the unit; systemd-sysusers/-tmpfiles for the package
 )
 
 packages=("${build_packages[@]}")

@@ -207,6 +207,9 @@ fi
 
 unit_tests build-ci "default build"
 run_step "default build integration+e2e" pytest_suite build-ci -- tests/integration tests/e2e
+# Builds the Debian package once (a full compile of its own): not repeated
+# in the sanitizer passes.
+run_step "Debian package (tools/deb.sh, dpkg-deb, lintian)" "$py" -m pytest -q -p no:cacheprovider tests/package
 if [[ $quick -eq 1 ]]; then
   # The same integration and e2e tests with every listener the tests write
   # splicing (splice = "pipe"): moving bytes with splice(2) must not change

@@ -65,6 +65,7 @@ void Target::start() {
       state_->set_active(ActiveState::up, "not checked yet (initial = up)");
     } else {
       state_->set_active(ActiveState::down, "waiting for the first check");
+      waiting_first_ = true;
     }
   }
   schedule(first_delay(config_.interval, config_.jitter, owner_.uniform()));
@@ -92,6 +93,7 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
     return;
   }
   const bool ok = verdict == Probe::Verdict::pass;
+  const bool first = std::exchange(waiting_first_, false);
   if (ok != counter_.up() && counter_.streak() == 0) streak_started_ = check_started_;
   if (const auto changed = counter_.record(ok)) {
     const auto detect = std::chrono::duration_cast<Duration>(Clock::now() - streak_started_);
@@ -101,6 +103,12 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
     // Agrees with the state: the status shows this check's result (no log,
     // no transition), so a server that is up says why it is up now.
     state_->note_check(reason, !ok);
+    // A server that started down says once why it stays down, at info: with
+    // role checks a standby failing a primary check is the normal case.
+    if (first && !ok) {
+      spdlog::info("upstream \"{}\" server {} stays down (active check): {}", state_->upstream,
+                   state_->address.text, reason);
+    }
   } else {
     // On the way to a change: say how far.
     state_->note_check(fmt::format("{} ({} of {} {} to mark it {})", reason, counter_.streak(), counter_.needed(),

@@ -57,6 +57,7 @@ class Target {
   RiseFall counter_;
   TimePoint check_started_{};
   TimePoint streak_started_{};  // start of the first check that disagreed with the state
+  bool waiting_first_ = false;   // started down (initial = "down") and no result yet
   int parts_open_ = 0;
   std::function<void()> closed_;
 };

@@ -148,6 +148,10 @@ void ServerState::set_active(ActiveState s, std::string_view reason, Duration de
       spdlog::info("upstream \"{}\" server {} is up (active check): {} (detected in {})", upstream, address.text,
                    reason, format_duration(detect));
     }
+  } else if (s == ActiveState::down && before == ActiveState::unchecked) {
+    // Where a server with initial = "down" starts: nothing has failed, and a
+    // warning at every start would teach operators to ignore warnings.
+    spdlog::info("upstream \"{}\" server {} starts down (active check): {}", upstream, address.text, reason);
   } else if (s == ActiveState::down) {
     spdlog::warn("upstream \"{}\" server {} marked down (active check): {} (detected in {})", upstream,
                  address.text, reason, format_duration(detect));

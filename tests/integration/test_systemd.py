@@ -1,5 +1,6 @@
 """Running under systemd: sd_notify readiness, reload and stop messages; the
-shipped unit and logrotate files are valid."""
+shipped logrotate file rotates a live log. (The unit, made at install time,
+is checked in test_install.py.)"""
 
 from __future__ import annotations
 
@@ -50,19 +51,6 @@ def test_sd_notify_ready_reloading_stopping(sluice, backends, tmp_path):
         assert s.wait_exit(10) == 0
     finally:
         sock.close()
-
-
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
-def test_unit_file_is_valid(tmp_path):
-    unit = (CONF / "sluice.service").read_text()
-    # Point the unit at binaries that exist here; the rest is checked as is.
-    binary = harness.sluice_bin()
-    unit = unit.replace("/usr/local/bin/sluice", str(binary))
-    path = tmp_path / "sluice.service"
-    path.write_text(unit)
-    res = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "sluice.service" not in res.stdout + res.stderr, res.stdout + res.stderr
 
 
 @pytest.mark.skipif(shutil.which("logrotate") is None, reason="logrotate not installed")
