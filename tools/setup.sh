@@ -11,6 +11,7 @@ build_packages=(
   g++ pkg-config meson ninja-build
   libuv1-dev libtomlplusplus-dev libspdlog-dev libxxhash-dev libsystemd-dev
   libhttp-parser-dev libhiredis-dev libpq-dev   # active health checks (HTTP, Redis, PostgreSQL)
+  libmariadb-dev   # MySQL/MariaDB role checks
   nlohmann-json3-dev   # the admin API's JSON
   python3   # the demo's backends
 )
@@ -20,6 +21,7 @@ test_packages=(
   libssl-dev openssl python3-pytest curl procps logrotate
   clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
   postgresql postgresql-client redis-server redis-tools   # database end-to-end tests
+  mariadb-server mariadb-client   # MySQL role checks against real replication
   haproxy nginx libnginx-mod-stream   # PROXY protocol receivers in tests; the benchmark's peers
   prometheus chromium   # promtool checks /metrics; a headless browser loads the status page
   python3-matplotlib   # the L4/L7 routing comparison draws its chart (tools/compare_routing.py)
@@ -53,10 +55,11 @@ $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts freshly installed daemons; the tests and the benchmark run
 # their own copies on ephemeral ports, so stop the system ones we just added.
-for svc in nginx haproxy postgresql redis-server prometheus; do
+for pair in nginx:nginx haproxy:haproxy postgresql:postgresql redis-server:redis-server \
+    prometheus:prometheus mariadb-server:mariadb; do
   for p in "${missing[@]}"; do
-    if [[ "$p" == "$svc" ]]; then
-      $sudo service "$svc" stop >/dev/null 2>&1 || true
+    if [[ "$p" == "${pair%%:*}" ]]; then
+      $sudo service "${pair#*:}" stop >/dev/null 2>&1 || true
     fi
   done
 done

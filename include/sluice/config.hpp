@@ -78,12 +78,13 @@ struct ServerConfig {
 };
 
 // [upstream.NAME.health]: active checks, run on the control loop.
-enum class HealthType { tcp, http, send_expect, postgres, redis };
+enum class HealthType { tcp, http, send_expect, postgres, redis, mysql };
 enum class HealthInitial { up, down };
 enum class OnDown { keep, close_sessions };
 enum class ExpectMatch { prefix, substring };
 enum class RedisRole { master, replica, any };
 enum class PostgresRole { primary, standby, any };
+enum class MysqlRole { primary, replica, any };
 
 struct StatusRange {
   int low = 200;
@@ -124,7 +125,12 @@ struct HealthConfig {
   std::string user = "postgres";
   std::string database = "postgres";
   std::string sslmode = "prefer";
-  // redis and postgres
+  // mysql (user and password_file are shared with postgres)
+  MysqlRole mysql_role = MysqlRole::any;          // key "role"
+  bool galera = false;                            // also require a synced Galera node
+  // mysql (and later postgres): a replica further behind is down; 0 = off
+  Duration max_lag{0};
+  // redis, postgres and mysql
   std::string password_file;                     // empty = no password
 };
 

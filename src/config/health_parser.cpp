@@ -27,12 +27,13 @@ const std::vector<std::string_view> kCommonKeys = {"type",    "interval", "timeo
                                                    "jitter",  "port",     "initial", "on_down",    "slow_start",
                                                    "all_down"};
 
-const std::array<TypeKeys, 5> kTypes = {{
+const std::array<TypeKeys, 6> kTypes = {{
     {"tcp", HealthType::tcp, {}},
     {"http", HealthType::http, {"path", "method", "host", "expect_status", "expect_body"}},
     {"send_expect", HealthType::send_expect, {"send", "send_hex", "expect", "expect_hex", "expect_match"}},
-    {"postgres", HealthType::postgres, {"role", "user", "database", "password_file", "sslmode"}},
+    {"postgres", HealthType::postgres, {"role", "user", "database", "password_file", "sslmode", "max_lag"}},
     {"redis", HealthType::redis, {"role", "password_file"}},
+    {"mysql", HealthType::mysql, {"role", "user", "password_file", "max_lag", "galera"}},
 }};
 
 bool before(const toml::source_position& a, const toml::source_position& b) {
@@ -156,9 +157,14 @@ void parse_nonempty(const TableReader& r, std::string_view key, std::string& out
   }
 }
 
+// Every database check takes role = "primary" | "replica" | "any"; each
+// also takes its own system's word for a replica or primary ("standby" for
+// PostgreSQL, "master" for Redis).
 void parse_postgres(const TableReader& r, HealthConfig& h) {
-  if (auto v = r.choice<PostgresRole>(
-          "role", {{"primary", PostgresRole::primary}, {"standby", PostgresRole::standby}, {"any", PostgresRole::any}})) {
+  if (auto v = r.choice<PostgresRole>("role", {{"primary", PostgresRole::primary},
+                                               {"replica", PostgresRole::standby},
+                                               {"standby", PostgresRole::standby},
+                                               {"any", PostgresRole::any}})) {
     h.postgres_role = *v;
   }
   parse_nonempty(r, "user", h.user);
@@ -172,14 +178,44 @@ void parse_postgres(const TableReader& r, HealthConfig& h) {
     h.sslmode = std::string(*v);
   }
   if (auto v = r.readable_file("password_file")) h.password_file = *v;
+  if (auto v = r.duration("max_lag", false)) {
+    if (h.postgres_role == PostgresRole::primary) {
+      r.fail(*r.get("max_lag"), "max_lag applies to replicas; it cannot be used with role = \"primary\"");
+    }
+    h.max_lag = *v;
+  }
 }
 
 void parse_redis(const TableReader& r, HealthConfig& h) {
-  if (auto v = r.choice<RedisRole>(
-          "role", {{"master", RedisRole::master}, {"replica", RedisRole::replica}, {"any", RedisRole::any}})) {
+  if (auto v = r.choice<RedisRole>("role", {{"primary", RedisRole::master},
+                                            {"master", RedisRole::master},
+                                            {"replica", RedisRole::replica},
+                                            {"any", RedisRole::any}})) {
     h.redis_role = *v;
   }
   if (auto v = r.readable_file("password_file")) h.password_file = *v;
+}
+
+void parse_mysql(const TableReader& r, HealthConfig& h) {
+  if (auto v = r.choice<MysqlRole>(
+          "role", {{"primary", MysqlRole::primary}, {"replica", MysqlRole::replica}, {"any", MysqlRole::any}})) {
+    h.mysql_role = *v;
+  }
+  // No default user: a check logs in, and the account is the operator's to
+  // create with the few privileges it needs (docs/health.md).
+  if (!r.has("user")) r.fail_table("type = \"mysql\" needs user (the account the check logs in with)");
+  parse_nonempty(r, "user", h.user);
+  if (auto v = r.readable_file("password_file")) h.password_file = *v;
+  if (auto v = r.duration("max_lag", false)) {
+    if (h.mysql_role == MysqlRole::primary) {
+      r.fail(*r.get("max_lag"), "max_lag applies to replicas; it cannot be used with role = \"primary\"");
+    }
+    if (*v < std::chrono::seconds(1)) {
+      r.fail(*r.get("max_lag"), "max_lag must be at least 1s (the server reports whole seconds)");
+    }
+    h.max_lag = *v;
+  }
+  if (auto v = r.boolean("galera")) h.galera = *v;
 }
 
 }  // namespace
@@ -191,7 +227,8 @@ HealthConfig parse_health(const toml::table& table, const std::string& context, 
                                              {"http", HealthType::http},
                                              {"send_expect", HealthType::send_expect},
                                              {"postgres", HealthType::postgres},
-                                             {"redis", HealthType::redis}})) {
+                                             {"redis", HealthType::redis},
+                                             {"mysql", HealthType::mysql}})) {
     h.type = *v;
   }
   const auto chosen = std::find_if(kTypes.begin(), kTypes.end(), [&](const TypeKeys& t) { return t.type == h.type; });
@@ -229,6 +266,9 @@ HealthConfig parse_health(const toml::table& table, const std::string& context, 
       break;
     case HealthType::redis:
       parse_redis(r, h);
+      break;
+    case HealthType::mysql:
+      parse_mysql(r, h);
       break;
   }
   return h;

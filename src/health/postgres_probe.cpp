@@ -1,10 +1,15 @@
 #include "health/postgres_probe.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <tuple>
 #include <vector>
 
 #include "health/match.hpp"
 #include "sluice/address.hpp"
+#include "sluice/time.hpp"
 
 namespace sluice::health {
 
@@ -20,7 +25,34 @@ std::pair<bool, std::string> judge_postgres_role(const std::string& in_recovery,
   return {false, reason};
 }
 
+std::pair<bool, std::string> judge_postgres_lag(const std::string& in_recovery, const std::string& receivers,
+                                                const std::string& lag, Duration max_lag, std::string reason) {
+  if (in_recovery != "t") return {true, std::move(reason)};
+  const double max_s = std::chrono::duration<double>(max_lag).count();
+  if (receivers == "0") return {false, reason + ", not streaming from a primary"};
+  if (lag.empty()) return {false, reason + ", nothing replayed yet"};
+  char* end = nullptr;
+  const double s = std::strtod(lag.c_str(), &end);
+  if (end == lag.c_str()) return {false, reason + ", unexpected lag value"};
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1fs behind", s < 0 ? 0.0 : s);
+  if (s > max_s) return {false, reason + ", " + text + " (max_lag " + format_duration(max_lag) + ")"};
+  return {true, reason + ", " + text};
+}
+
 namespace {
+
+// With max_lag, the standby's replay lag: none while it has replayed all it
+// received (an idle primary sends nothing, and a standby with nothing to
+// replay is not behind), else the age of the last replayed transaction.
+// The WAL receiver count tells a standby cut off from its primary (it
+// would look caught up forever) from one that streams.
+constexpr const char* kRoleQuery = "SELECT pg_is_in_recovery()";
+constexpr const char* kLagQuery =
+    "SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_wal_receiver), "
+    "CASE WHEN NOT pg_is_in_recovery() THEN 0 "
+    "WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
+    "ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END";
 
 // libpq's messages are multi-line and start with where it connected; keep
 // the first line's cause: 'connection to server at "h", port 1 failed:
@@ -44,6 +76,8 @@ void PostgresProbe::begin() {
   if (!read_password(password)) return;
   connected_ = false;
   role_.clear();
+  receivers_.clear();
+  lag_.clear();
   // hostaddr: the address resolved at load time, so libpq does no DNS
   // lookup (a blocking call) on the control loop. libpq does not enforce
   // connect_timeout in non-blocking mode; our timer does. GSS encryption is
@@ -132,7 +166,8 @@ void PostgresProbe::connect_step() {
     default: watch(UV_READABLE | UV_WRITABLE, true); return;  // PGRES_POLLING_ACTIVE: unused by libpq
   }
   connected_ = true;
-  if (PQsetnonblocking(conn_, 1) != 0 || PQsendQuery(conn_, "SELECT pg_is_in_recovery()") == 0) {
+  const char* query = config_.max_lag.count() > 0 ? kLagQuery : kRoleQuery;
+  if (PQsetnonblocking(conn_, 1) != 0 || PQsendQuery(conn_, query) == 0) {
     fail_with_libpq("query failed: ");
     return;
   }
@@ -164,11 +199,18 @@ void PostgresProbe::read_result() {
         return;
       }
       auto [ok, reason] = judge_postgres_role(role_, config_.postgres_role);
+      if (ok && config_.max_lag.count() > 0) {
+        std::tie(ok, reason) = judge_postgres_lag(role_, receivers_, lag_, config_.max_lag, std::move(reason));
+      }
       finish(ok, std::move(reason));
       return;
     }
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) == 1) {
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) >= 1) {
       role_ = PQgetvalue(res, 0, 0);
+      if (PQnfields(res) == 3) {
+        receivers_ = PQgetvalue(res, 0, 1);
+        lag_ = PQgetisnull(res, 0, 2) ? "" : PQgetvalue(res, 0, 2);
+      }
     } else if (PQresultStatus(res) != PGRES_TUPLES_OK) {
       std::string reason = "query failed: " + short_message(PQresultErrorMessage(res));
       PQclear(res);

@@ -18,6 +18,13 @@ namespace sluice::health {
 // The verdict on pg_is_in_recovery()'s text value: ok, and the reason.
 std::pair<bool, std::string> judge_postgres_role(const std::string& in_recovery, PostgresRole want);
 
+// With max_lag: the verdict on a standby's replication. `receivers` is the
+// count of WAL receivers ("0": not streaming), `lag` the replay lag in
+// seconds as text (empty: NULL, nothing replayed yet). Called after the role
+// passed; a primary always passes here.
+std::pair<bool, std::string> judge_postgres_lag(const std::string& in_recovery, const std::string& receivers,
+                                                const std::string& lag, Duration max_lag, std::string reason);
+
 class PostgresProbe final : public Probe {
  public:
   using Probe::Probe;
@@ -41,6 +48,8 @@ class PostgresProbe final : public Probe {
   Poll* poll_ = nullptr;
   bool connected_ = false;
   std::string role_;  // pg_is_in_recovery() once read
+  std::string receivers_;  // with max_lag: WAL receivers running
+  std::string lag_;        // with max_lag: replay lag in seconds, "" for NULL
 };
 
 }  // namespace sluice::health

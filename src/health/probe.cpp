@@ -10,6 +10,7 @@
 
 #include "health/http_probe.hpp"
 #include "health/match.hpp"
+#include "health/mysql_probe.hpp"
 #include "health/postgres_probe.hpp"
 #include "health/received.hpp"
 #include "health/redis_probe.hpp"
@@ -115,6 +116,7 @@ std::unique_ptr<Probe> make_probe(uv_loop_t* loop, const HealthConfig& config, c
     case HealthType::send_expect: return std::make_unique<SendExpectProbe>(loop, config, target);
     case HealthType::redis: return std::make_unique<RedisProbe>(loop, config, target);
     case HealthType::postgres: return std::make_unique<PostgresProbe>(loop, config, target);
+    case HealthType::mysql: return std::make_unique<MysqlProbe>(loop, config, target);
   }
   return std::make_unique<TcpProbe>(loop, config, target);
 }

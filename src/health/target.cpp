@@ -25,7 +25,8 @@ bool same_check(const HealthConfig& a, const HealthConfig& b) {
          a.send == b.send && a.expect == b.expect && a.expect_match == b.expect_match &&
          a.redis_role == b.redis_role && a.postgres_role == b.postgres_role && a.user == b.user &&
          a.database == b.database && a.sslmode == b.sslmode && a.password_file == b.password_file &&
-         a.send_proxy == b.send_proxy;
+         a.send_proxy == b.send_proxy && a.mysql_role == b.mysql_role && a.galera == b.galera &&
+         a.max_lag == b.max_lag;
 }
 
 bool same_target(const Endpoint& a, const Endpoint& b) {

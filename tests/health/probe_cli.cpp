@@ -28,13 +28,15 @@ namespace {
   std::fprintf(stderr,
                "health_probe: %s\n"
                "usage: health_probe [options] HOST:PORT\n"
-               "  --type tcp|http|send_expect|redis|postgres  --timeout D  --port N  --repeat N\n"
+               "  --type tcp|http|send_expect|redis|postgres|mysql  --timeout D  --port N  --repeat N\n"
                "  --cancel-after D\n"
                "  http: --path P --method M --host H --expect-status 200-399,404 --expect-body TEXT\n"
                "  send_expect: --send TEXT | --send-hex HEX, --expect TEXT | --expect-hex HEX,\n"
                "               --expect-match prefix|substring\n"
                "  redis: --role master|replica|any --password-file F\n"
-               "  postgres: --role primary|standby|any --user U --database D --sslmode M --password-file F\n",
+               "  postgres: --role primary|standby|any --user U --database D --sslmode M --password-file F\n"
+               "            --max-lag D\n"
+               "  mysql: --role primary|replica|any --user U --password-file F --max-lag D --galera\n",
                why.c_str());
   std::exit(2);
 }
@@ -119,6 +121,10 @@ int main(int argc, char** argv) {
   Duration cancel_after{0};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--galera") {
+      config.galera = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0) {
       if (!address.empty()) usage("more than one address");
       address = arg;
@@ -132,6 +138,7 @@ int main(int argc, char** argv) {
       else if (v == "send_expect") config.type = HealthType::send_expect;
       else if (v == "redis") config.type = HealthType::redis;
       else if (v == "postgres") config.type = HealthType::postgres;
+      else if (v == "mysql") config.type = HealthType::mysql;
       else usage("unknown type " + v);
     } else if (arg == "--timeout") config.timeout = duration_arg(v);
     else if (arg == "--port") config.port = static_cast<std::uint16_t>(std::atoi(v.c_str()));
@@ -155,6 +162,7 @@ int main(int argc, char** argv) {
     else if (arg == "--database") config.database = v;
     else if (arg == "--sslmode") config.sslmode = v;
     else if (arg == "--password-file") config.password_file = v;
+    else if (arg == "--max-lag") config.max_lag = duration_arg(v);
     else usage("unknown option " + arg);
   }
   if (address.empty()) usage("no address");
@@ -169,8 +177,13 @@ int main(int argc, char** argv) {
       else if (role == "standby") config.postgres_role = PostgresRole::standby;
       else if (role == "any") config.postgres_role = PostgresRole::any;
       else usage("unknown postgres role " + role);
+    } else if (config.type == HealthType::mysql) {
+      if (role == "primary") config.mysql_role = MysqlRole::primary;
+      else if (role == "replica") config.mysql_role = MysqlRole::replica;
+      else if (role == "any") config.mysql_role = MysqlRole::any;
+      else usage("unknown mysql role " + role);
     } else {
-      usage("--role is for redis and postgres");
+      usage("--role is for redis, postgres and mysql");
     }
   }
   std::string error;

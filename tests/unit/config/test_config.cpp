@@ -246,7 +246,7 @@ TEST_CASE("[upstream.NAME]") {
       {"[upstream.u]\n" + servers + "balanse = \"hash\"\n" + kListenerL,
        "x.toml:3:1: upstream \"u\": unknown key \"balanse\"; " + kUpstreamKeys},
       {"[upstream.u]\n" + servers + "[upstream.u.health]\ntype = \"icmp\"\n" + kListenerL,
-       "x.toml:4:8: upstream \"u\" health: type must be one of tcp|http|send_expect|postgres|redis, got \"icmp\""},
+       "x.toml:4:8: upstream \"u\" health: type must be one of tcp|http|send_expect|postgres|redis|mysql, got \"icmp\""},
       {"[upstream.\"a b\"]\n" + servers + kUpstreamU + kListenerL,
        "x.toml:1:11: upstream \"a b\": name must match [A-Za-z0-9_.-]+"},
       {"[upstream]\nu = 5\n" + kListenerL, "x.toml:2:5: upstream \"u\": must be a table ([upstream.u]), got integer 5"},

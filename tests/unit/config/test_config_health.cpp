@@ -54,9 +54,9 @@ TEST_CASE("health: keys of another type, unknown keys") {
       {"path = \"/\"\n", 4, 1,
        "key \"path\" is not allowed with type = \"tcp\" (the default); it belongs to type = \"http\""},
       {"type = \"http\"\nrole = \"primary\"\n", 5, 1,
-       "key \"role\" is not allowed with type = \"http\"; it belongs to type = \"postgres\" or \"redis\""},
+       "key \"role\" is not allowed with type = \"http\"; it belongs to type = \"postgres\" or \"redis\" or \"mysql\""},
       {"type = \"redis\"\nuser = \"x\"\n", 5, 1,
-       "key \"user\" is not allowed with type = \"redis\"; it belongs to type = \"postgres\""},
+       "key \"user\" is not allowed with type = \"redis\"; it belongs to type = \"postgres\" or \"mysql\""},
       {"type = \"http\"\nsend = \"x\"\n", 5, 1,
        "key \"send\" is not allowed with type = \"http\"; it belongs to type = \"send_expect\""},
       {"type = \"postgres\"\nexpect_body = \"ok\"\n", 5, 1,
@@ -184,14 +184,16 @@ TEST_CASE("health: send_expect") {
 TEST_CASE("health: postgres and redis") {
   const TempFile password("secret\n", "pgpass");
   check_health_cases("", {
-      {"type = \"postgres\"\nrole = \"master\"\n", 5, 8, "role must be one of primary|standby|any, got \"master\""},
+      {"type = \"postgres\"\nrole = \"master\"\n", 5, 8,
+       "role must be one of primary|replica|standby|any, got \"master\""},
       {"type = \"postgres\"\nuser = \"\"\n", 5, 8, "user must not be empty"},
       {"type = \"postgres\"\ndatabase = \"\"\n", 5, 12, "database must not be empty"},
       {"type = \"postgres\"\nsslmode = \"on\"\n", 5, 11,
        "sslmode must be one of disable|allow|prefer|require|verify-ca|verify-full, got \"on\""},
       {"type = \"postgres\"\npassword_file = \"/nonexistent/pgpass\"\n", 5, 17,
        "password_file \"/nonexistent/pgpass\" cannot be read: No such file or directory"},
-      {"type = \"redis\"\nrole = \"primary\"\n", 5, 8, "role must be one of master|replica|any, got \"primary\""},
+      {"type = \"redis\"\nrole = \"standby\"\n", 5, 8,
+       "role must be one of primary|master|replica|any, got \"standby\""},
       {"type = \"redis\"\npassword_file = \"conf\"\n", 5, 17, "password_file \"conf\" is not a regular file"},
   });
   const HealthConfig pg = health_of("type = \"postgres\"\nrole = \"primary\"\nuser = \"monitor\"\ndatabase = \"app\"\n"
@@ -214,6 +216,44 @@ TEST_CASE("health: postgres and redis") {
   CHECK(r.redis_role == sluice::RedisRole::replica);
   CHECK(r.password_file == password.path());
   CHECK(health_of("type = \"redis\"\nrole = \"master\"\n").redis_role == sluice::RedisRole::master);
+  // primary/replica for every database; standby and master are aliases.
+  CHECK(health_of("type = \"redis\"\nrole = \"primary\"\n").redis_role == sluice::RedisRole::master);
+  CHECK(health_of("type = \"postgres\"\nrole = \"replica\"\n").postgres_role == sluice::PostgresRole::standby);
+  CHECK(health_of("type = \"postgres\"\nrole = \"standby\"\n").postgres_role == sluice::PostgresRole::standby);
+  CHECK(health_of("type = \"postgres\"\nrole = \"replica\"\nmax_lag = \"1500ms\"\n").max_lag == 1500ms);
+  check_health_cases("", {
+      {"type = \"postgres\"\nrole = \"primary\"\nmax_lag = \"5s\"\n", 6, 11,
+       "max_lag applies to replicas; it cannot be used with role = \"primary\""},
+  });
+}
+
+TEST_CASE("health: mysql") {
+  const TempFile password("secret\n", "mypass");
+  check_health_cases("", {
+      {"type = \"mysql\"\n", 3, 1, "type = \"mysql\" needs user (the account the check logs in with)"},
+      {"type = \"mysql\"\nuser = \"\"\n", 5, 8, "user must not be empty"},
+      {"type = \"mysql\"\nuser = \"m\"\nrole = \"standby\"\n", 6, 8,
+       "role must be one of primary|replica|any, got \"standby\""},
+      {"type = \"mysql\"\nuser = \"m\"\nrole = \"primary\"\nmax_lag = \"5s\"\n", 7, 11,
+       "max_lag applies to replicas; it cannot be used with role = \"primary\""},
+      {"type = \"mysql\"\nuser = \"m\"\nmax_lag = \"500ms\"\n", 6, 11,
+       "max_lag must be at least 1s (the server reports whole seconds)"},
+      {"type = \"mysql\"\nuser = \"m\"\ngalera = \"yes\"\n", 6, 10, "galera must be a boolean (true or false), got string \"yes\""},
+      {"type = \"mysql\"\nuser = \"m\"\ndatabase = \"x\"\n", 6, 1,
+       "key \"database\" is not allowed with type = \"mysql\"; it belongs to type = \"postgres\""},
+  });
+  const HealthConfig m = health_of("type = \"mysql\"\nuser = \"monitor\"\nrole = \"replica\"\nmax_lag = \"30s\"\n"
+                                   "galera = true\npassword_file = \"" + password.path() + "\"\n");
+  CHECK(m.type == sluice::HealthType::mysql);
+  CHECK(m.mysql_role == sluice::MysqlRole::replica);
+  CHECK(m.user == "monitor");
+  CHECK(m.max_lag == 30s);
+  CHECK(m.galera);
+  CHECK(m.password_file == password.path());
+  const HealthConfig d = health_of("type = \"mysql\"\nuser = \"m\"\n");
+  CHECK(d.mysql_role == sluice::MysqlRole::any);
+  CHECK(d.max_lag == 0s);
+  CHECK_FALSE(d.galera);
 }
 
 TEST_CASE("health: defaults and every common key") {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "health/match.hpp"
+#include "health/mysql_probe.hpp"
 #include "health/postgres_probe.hpp"
 #include "health/redis_probe.hpp"
 #include "health/rise_fall.hpp"
@@ -188,4 +189,88 @@ TEST_CASE("with_port: another port of the same host") {
   CHECK(p.port == 8008);
   CHECK(p.text == "[::1]:8008");
   CHECK(with_port(e, 0).text == "[::1]:5432");
+}
+
+TEST_CASE("mysql: read_only and super_read_only decide the role") {
+  sluice::HealthConfig c;
+  c.type = sluice::HealthType::mysql;
+  sluice::health::MysqlFacts f;
+  c.mysql_role = sluice::MysqlRole::primary;
+  CHECK(sluice::health::judge_mysql(f, c) == std::pair<bool, std::string>{true, "role is primary"});
+  f.read_only = true;
+  CHECK(sluice::health::judge_mysql(f, c) == std::pair<bool, std::string>{false, "role is replica, want primary"});
+  f.read_only = false;
+  f.super_read_only = true;
+  CHECK(sluice::health::judge_mysql(f, c) ==
+        std::pair<bool, std::string>{false, "role is replica (super_read_only), want primary"});
+  c.mysql_role = sluice::MysqlRole::replica;
+  f.super_read_only = false;
+  CHECK(sluice::health::judge_mysql(f, c) ==
+        std::pair<bool, std::string>{false, "role is primary (read_only is off), want replica"});
+  f.read_only = true;
+  CHECK(sluice::health::judge_mysql(f, c) == std::pair<bool, std::string>{true, "role is replica"});
+  c.mysql_role = sluice::MysqlRole::any;
+  CHECK(sluice::health::judge_mysql(f, c).first);
+  f.read_only = false;
+  CHECK(sluice::health::judge_mysql(f, c).first);
+}
+
+TEST_CASE("mysql: a replica whose replication stopped is down; max_lag bounds the lag") {
+  using namespace std::chrono_literals;
+  sluice::HealthConfig c;
+  c.type = sluice::HealthType::mysql;
+  c.mysql_role = sluice::MysqlRole::replica;
+  sluice::health::MysqlFacts f;
+  f.read_only = true;
+  f.replicating = true;  // Seconds_Behind_Master NULL: a thread is not running
+  CHECK(sluice::health::judge_mysql(f, c) ==
+        std::pair<bool, std::string>{
+            false, "role is replica, replication is not running (Seconds_Behind_Master is NULL)"});
+  f.lag_seconds = 12;
+  CHECK(sluice::health::judge_mysql(f, c).first);
+  c.max_lag = 10s;
+  CHECK(sluice::health::judge_mysql(f, c) ==
+        std::pair<bool, std::string>{false, "role is replica, 12s behind (max_lag 10s)"});
+  f.lag_seconds = 10;
+  CHECK(sluice::health::judge_mysql(f, c) == std::pair<bool, std::string>{true, "role is replica, 10s behind"});
+  f.replicating = false;
+  f.lag_seconds.reset();
+  CHECK(sluice::health::judge_mysql(f, c) ==
+        std::pair<bool, std::string>{false, "role is replica, but replicates from no one"});
+  // role = "any" with max_lag: a writable server needs no replication.
+  c.mysql_role = sluice::MysqlRole::any;
+  f.read_only = false;
+  CHECK(sluice::health::judge_mysql(f, c).first);
+}
+
+TEST_CASE("mysql: galera = true wants a synced, ready node") {
+  sluice::HealthConfig c;
+  c.type = sluice::HealthType::mysql;
+  c.galera = true;
+  sluice::health::MysqlFacts f;
+  CHECK(sluice::health::judge_mysql(f, c) == std::pair<bool, std::string>{false, "not a Galera node (no wsrep status)"});
+  f.wsrep_local_state = 2;
+  f.wsrep_ready = true;
+  CHECK(sluice::health::judge_mysql(f, c) ==
+        std::pair<bool, std::string>{false, "Galera node not synced (wsrep_local_state 2, wsrep_ready ON)"});
+  f.wsrep_local_state = 4;
+  f.wsrep_ready = false;
+  CHECK_FALSE(sluice::health::judge_mysql(f, c).first);
+  f.wsrep_ready = true;
+  CHECK(sluice::health::judge_mysql(f, c) == std::pair<bool, std::string>{true, "role is primary"});
+}
+
+TEST_CASE("postgres max_lag: a standby must stream and be no further behind than max_lag") {
+  using namespace std::chrono_literals;
+  using sluice::health::judge_postgres_lag;
+  CHECK(judge_postgres_lag("f", "0", "0", 5s, "role is primary") ==
+        std::pair<bool, std::string>{true, "role is primary"});
+  CHECK(judge_postgres_lag("t", "1", "0", 5s, "role is standby") ==
+        std::pair<bool, std::string>{true, "role is standby, 0.0s behind"});
+  CHECK(judge_postgres_lag("t", "1", "7.25", 5s, "role is standby") ==
+        std::pair<bool, std::string>{false, "role is standby, 7.2s behind (max_lag 5s)"});
+  CHECK(judge_postgres_lag("t", "0", "0", 5s, "role is standby") ==
+        std::pair<bool, std::string>{false, "role is standby, not streaming from a primary"});
+  CHECK(judge_postgres_lag("t", "1", "", 5s, "role is standby") ==
+        std::pair<bool, std::string>{false, "role is standby, nothing replayed yet"});
 }
