@@ -72,7 +72,9 @@ std::string rate(const nlohmann::json& v) {
 // "2 ms", "1.25 s": a check's duration.
 std::string short_duration(double seconds) {
   char buf[32];
-  if (seconds < 1.0) {
+  if (seconds < 0.01) {
+    std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1000.0);
+  } else if (seconds < 1.0) {
     std::snprintf(buf, sizeof buf, "%.0f ms", seconds * 1000.0);
   } else {
     std::snprintf(buf, sizeof buf, "%.2f s", seconds);
@@ -104,24 +106,24 @@ struct Column {
 constexpr Column kServerColumns[] = {
     {"server", "address (backup servers are marked)", 0},
     {"state", "up, down, drained or disabled", 76},
-    {"for", "time in the current state", 82},
+    {"for", "time in the current state", 86},
     {"reason", "why the server is in this state", 190},
     {"last check", "the last active check: result, type, duration, how long ago", 190},
     {"bck", "backup server: used only when no primary server is eligible", 40},
     {"wt", "weight (a runtime override, else the file's)", 44},
     {"eff", "effective weight the balancer uses now (slow start)", 48},
     {"cur", "sessions now", 50},
-    {"peak", "most sessions at once since start", 50},
+    {"peak", "most sessions at once since start", 56},
     {"max", "max_conns", 50},
     {"sess/s", "sessions per second over the last 10 s", 60},
     {"total", "times the server was chosen", 76},
     {"fail", "failed connects (the server's fault)", 48},
-    {"chk fail", "failed active checks", 62},
-    {"downs", "times the server went down", 52},
-    {"downtime", "total time down (health, not drains)", 82},
+    {"chk fail", "failed active checks", 74},
+    {"downs", "times the server went down", 62},
+    {"downtime", "total time down (health, not drains)", 92},
     {"in", "bytes client to server", 80},
     {"out", "bytes server to client", 80},
-    {"actions", "", 226},
+    {"actions", "", 250},
 };
 
 constexpr Column kListenerColumns[] = {
@@ -140,7 +142,7 @@ constexpr Column kListenerColumns[] = {
 
 template <std::size_t N>
 std::string table_head(const Column (&cols)[N]) {
-  int total = 160;  // the flexible column's least
+  int total = 240;  // the flexible column's least
   std::string h = "<colgroup>";
   for (const Column& c : cols) {
     total += c.width;

@@ -228,7 +228,7 @@ TEST_CASE("the page shows peaks, limits, the last check, downtime and a button p
   f.info.started_at_ms = now - (2 * 86400 + 3 * 3600 + 4 * 60) * 1000LL;
   const std::string page = status_page(status_json(*f.snapshot, f.info, Clock::now(), now), now);
   CHECK(page.find("2d 3h 4m") != std::string::npos);
-  CHECK(page.find("<span class=\"chk-fail\">fail</span> tcp 4 ms, 0s ago") != std::string::npos);
+  CHECK(page.find("<span class=\"chk-fail\">fail</span> tcp 4.0 ms, 0s ago") != std::string::npos);
   CHECK(page.find("title=\"connect refused\"") != std::string::npos);
   CHECK(page.find(">7</td>") != std::string::npos);
   // Every upstream table has the same columns in the same widths.
