@@ -119,7 +119,7 @@ constexpr Column kServerColumns[] = {
     {"total", "times the server was chosen", 76},
     {"fail", "failed connects (the server's fault)", 48},
     {"chk fail", "failed active checks", 74},
-    {"downs", "times the server went down", 62},
+    {"dn", "times the server went down", 62},
     {"downtime", "total time down (health, not drains)", 92},
     {"in", "bytes client to server", 80},
     {"out", "bytes server to client", 80},
