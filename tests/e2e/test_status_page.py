@@ -243,17 +243,19 @@ PAGE_STATE = """(() => {
 
 
 def click(browser, upstream_name: str, server: str, action: str, accept: bool, prompt: str | None = None) -> dict:
-    """Clicks a server's action button and answers its dialog; returns the dialog."""
-    expr = (f'document.querySelector(\'table[data-upstream="{upstream_name}"] tr[data-server="{server}"] '
-            f'button[data-action="{action}"]\').click()')
+    """Clicks a server's action button and answers its dialog; returns the dialog.
+    The click runs from a timer so that this call returns before the dialog
+    blocks the page; a page reloading under it is a retry (AssertionError)."""
+    expr = (f'(() => {{ const b = document.querySelector(\'table[data-upstream="{upstream_name}"] '
+            f'tr[data-server="{server}"] button[data-action="{action}"]\'); '
+            f'if (!b) return false; setTimeout(() => b.click(), 0); return true; }})()')
     browser.drop_events("Page.javascriptDialogOpening")
-    msg_id = browser.send("Runtime.evaluate", expression=expr)
-    dialog = browser.event("Page.javascriptDialogOpening")
+    assert browser.evaluate(expr), f"no {action} button for {server} in {upstream_name}"
+    dialog = browser.event("Page.javascriptDialogOpening", timeout=20)
     params = {"accept": accept}
     if prompt is not None:
         params["promptText"] = prompt
-    browser.send("Page.handleJavaScriptDialog", **params)
-    browser.result(msg_id)  # the click returns once the dialog is closed
+    browser.call("Page.handleJavaScriptDialog", **params)
     return dialog
 
 
@@ -351,7 +353,8 @@ def test_status_page_actions_under_auth(tmp_path, backends):
         browser.event("Page.loadEventFired", timeout=30)
 
         # Drain B from the page: a confirmation, then the server's state.
-        dialog = wait_for("drain clicked", lambda: click(browser, "up", b.address, "drain", accept=True))
+        dialog = wait_for("drain clicked", lambda: click(browser, "up", b.address, "drain", accept=True),
+                          timeout=90)
         assert dialog["type"] == "confirm" and b.address in dialog["message"] and "Drain" in dialog["message"], dialog
         wait_for("B drained", lambda: api(base, f"/upstreams/up/servers/{b.address}")["state"] == "drained")
         assert api(base, f"/upstreams/other/servers/{b.address}")["state"] == "up"
@@ -365,12 +368,14 @@ def test_status_page_actions_under_auth(tmp_path, backends):
             c.close()
 
         # A cancelled confirmation changes nothing.
-        dialog = wait_for("disable clicked", lambda: click(browser, "up", a.address, "disable", accept=False))
+        dialog = wait_for("disable clicked", lambda: click(browser, "up", a.address, "disable", accept=False),
+                          timeout=90)
         assert dialog["type"] == "confirm", dialog
         assert api(base, f"/upstreams/up/servers/{a.address}")["admin"] == "enabled"
 
         # A weight, through a prompt.
-        dialog = wait_for("weight clicked", lambda: click(browser, "up", a.address, "weight", accept=True, prompt="7"))
+        dialog = wait_for("weight clicked", lambda: click(browser, "up", a.address, "weight", accept=True, prompt="7"),
+                          timeout=90)
         assert dialog["type"] == "prompt" and dialog.get("defaultPrompt") == "1", dialog
         wait_for("weight 7", lambda: api(base, f"/upstreams/up/servers/{a.address}")["weight"] == 7)
         wait_for("the page shows weight 7", lambda: browser.evaluate(PAGE_STATE)["rows"][f"up {a.address}"]
@@ -379,7 +384,7 @@ def test_status_page_actions_under_auth(tmp_path, backends):
         # And back: enable B from the page.
         state = wait_for("enable offered", lambda: (lambda st: "enable" in st["rows"][f"up {b.address}"]["actions"]
                                                      and st)(browser.evaluate(PAGE_STATE)))
-        wait_for("enable clicked", lambda: click(browser, "up", b.address, "enable", accept=True))
+        wait_for("enable clicked", lambda: click(browser, "up", b.address, "enable", accept=True), timeout=90)
         wait_for("B up", lambda: api(base, f"/upstreams/up/servers/{b.address}")["state"] == "up")
         wait_for("the page shows B up", lambda: "state-up" in
                  browser.evaluate(PAGE_STATE)["rows"][f"up {b.address}"]["cls"].split())
