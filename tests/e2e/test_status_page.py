@@ -227,7 +227,8 @@ PAGE_STATE = """(() => {
   const rows = {};
   tables.forEach(t => t.querySelectorAll("tr[data-server]").forEach(tr => {
     rows[t.getAttribute("data-upstream") + " " + tr.getAttribute("data-server")] =
-      {cls: tr.className, cells: cells(tr), actions: Array.from(tr.querySelectorAll("button")).map(b => b.dataset.action)};
+      {cls: tr.className, cells: cells(tr),
+       actions: Array.from(tr.querySelectorAll("button")).map(b => b.dataset.action)};
   }));
   return {
     heads: Array.from(tables[0].querySelectorAll("th")).map(th => th.textContent.trim()),

@@ -1211,7 +1211,8 @@ def test_route_check_and_duration_metrics_pass_promtool(admin_sluice, backends):
     assert metric(m, "sluice_route_sessions_total", route="*.example.org", **route) == 0
     assert metric(m, "sluice_route_sessions_total", route="(default)", **route) == 2
     assert metric(m, "sluice_route_bytes_in_total", route="(default)", **route) == len(b"plain\nagain\n")
-    assert metric(m, "sluice_route_bytes_out_total", route="(default)", **route) == 2 * len(b"A\n") + len(b"plain\nagain\n")
+    assert metric(m, "sluice_route_bytes_out_total", route="(default)", **route) == \
+        2 * len(b"A\n") + len(b"plain\nagain\n")
     routes = {dict(k[1])["route"] for k in m if k[0] == "sluice_route_sessions_total"}
     assert routes == {"db.example.com", "*.example.org", "(default)"}, routes
     assert metric(m, "sluice_listener_session_seconds_count", listener="tls") == 3
