@@ -101,7 +101,65 @@ std::optional<long> parse_weight(std::string_view body) {
 
 RateLimitedWarning g_unauthorized;
 
+// The index in `up` of the server `text` names: by the address as the file
+// writes it, or by any text that parses to the same address; -1 when none.
+long find_server(const Upstream& up, const std::string& text) {
+  for (std::size_t i = 0; i < up.size(); ++i) {
+    if (up.server(i).address.text == text) return static_cast<long>(i);
+  }
+  std::string perr;
+  if (auto ep = parse_address(text, false, perr)) {
+    for (std::size_t i = 0; i < up.size(); ++i) {
+      if (up.server(i).address.port == ep->port && same_ip(up.server(i).address.addr, ep->addr)) {
+        return static_cast<long>(i);
+      }
+    }
+  }
+  return -1;
+}
+
+// A browser that sends a request on behalf of another site says so in
+// `Origin`. A change asked for by a page that is not ours is refused: the
+// browser may be sending the operator's credentials along (HTTP Basic is
+// resent on its own), and a form on any site can POST here. Scripts send
+// no Origin and are not affected.
+bool foreign_origin(const Request& req) {
+  auto origin = req.headers.find("origin");
+  if (origin == req.headers.end()) return false;
+  auto host = req.headers.find("host");
+  if (host == req.headers.end()) return true;
+  return origin->second != "http://" + host->second && origin->second != "https://" + host->second;
+}
+
 }  // namespace
+
+std::string listener_rate_key(std::string_view listener) { return "listener\n" + std::string(listener); }
+
+std::string server_rate_key(std::string_view upstream, std::string_view server) {
+  return "server\n" + std::string(upstream) + "\n" + std::string(server);
+}
+
+void RateWindow::add(TimePoint at, std::map<std::string, std::uint64_t> counts) {
+  samples_.push_back({at, std::move(counts)});
+  // kWindow seconds between the oldest and the newest sample.
+  while (samples_.size() > static_cast<std::size_t>(kWindow) + 1) samples_.pop_front();
+}
+
+std::optional<double> RateWindow::rate(const std::string& key) const {
+  if (samples_.empty()) return std::nullopt;
+  const Sample& last = samples_.back();
+  auto now_it = last.counts.find(key);
+  if (now_it == last.counts.end()) return std::nullopt;
+  for (const Sample& first : samples_) {
+    auto then_it = first.counts.find(key);
+    if (then_it == first.counts.end()) continue;
+    const double dt = std::chrono::duration<double>(last.at - first.at).count();
+    // A reload may have replaced the counter's owner: no rate across that.
+    if (dt < 0.999 || now_it->second < then_it->second) return std::nullopt;
+    return static_cast<double>(now_it->second - then_it->second) / dt;
+  }
+  return std::nullopt;
+}
 
 AdminApi::AdminApi(AdminHooks hooks) : hooks_(std::move(hooks)) {}
 
@@ -130,13 +188,16 @@ Response AdminApi::handle(const Request& req) {
 
   const std::vector<std::string_view> parts = split_path(req.path);
   const std::string& m = req.method;
+  if (m != "GET" && m != "HEAD" && foreign_origin(req)) {
+    return error(403, "a request from another site's page is refused (Origin does not match Host)");
+  }
   if (parts.empty()) {
     if (m != "GET" && m != "HEAD") return method_not_allowed("GET");
     return page();
   }
   if (parts.size() == 1 && parts[0] == "status") {
     if (m != "GET" && m != "HEAD") return method_not_allowed("GET");
-    return json_response(200, status_json(*hooks_.snapshot(), hooks_.info(), Clock::now(), wall_ms()));
+    return json_response(200, status_with_rates());
   }
   if (parts.size() == 1 && parts[0] == "metrics") {
     if (m != "GET" && m != "HEAD") return method_not_allowed("GET");
@@ -163,6 +224,11 @@ Response AdminApi::handle(const Request& req) {
   if (parts.size() == 5 && parts[0] == "upstreams" && parts[2] == "servers") {
     return server_action(req, parts[1], parts[3], parts[4]);
   }
+  // Reading one upstream or one server: GET /upstreams/U, GET /upstreams/U/servers/ADDR.
+  if (parts.size() == 2 && parts[0] == "upstreams") return upstream_get(req, parts[1], {});
+  if (parts.size() == 4 && parts[0] == "upstreams" && parts[2] == "servers") {
+    return upstream_get(req, parts[1], parts[3]);
+  }
   return error(404, "no such endpoint: " + escape_text(req.path));
 }
 
@@ -180,19 +246,7 @@ Response AdminApi::server_action(const Request& req, std::string_view upstream_p
   std::shared_ptr<const Snapshot> snap = hooks_.snapshot();
   const Upstream* up = snap->find_upstream(upstream);
   if (up == nullptr) return error(404, "no upstream \"" + escape_text(upstream) + "\"");
-  // By the address as the file writes it, or by any text that parses to the same address.
-  long index = -1;
-  for (std::size_t i = 0; i < up->size() && index < 0; ++i) {
-    if (up->server(i).address.text == server) index = static_cast<long>(i);
-  }
-  if (index < 0) {
-    std::string perr;
-    if (auto ep = parse_address(server, false, perr)) {
-      for (std::size_t i = 0; i < up->size() && index < 0; ++i) {
-        if (up->server(i).address.port == ep->port && same_ip(up->server(i).address.addr, ep->addr)) index = static_cast<long>(i);
-      }
-    }
-  }
+  const long index = find_server(*up, server);
   if (index < 0) {
     return error(404, "upstream \"" + escape_text(upstream) + "\" has no server " + escape_text(server));
   }
@@ -247,24 +301,66 @@ Response AdminApi::readiness(const Request& req, std::string_view action) {
   return json_response(200, {{"ok", true}, {"ready", info.ready}, {"message", o.message}});
 }
 
-Response AdminApi::page() {
-  const nlohmann::json status = status_json(*hooks_.snapshot(), hooks_.info(), Clock::now(), wall_ms());
+Response AdminApi::upstream_get(const Request& req, std::string_view upstream_part,
+                               std::string_view server_part) {
+  if (req.method != "GET" && req.method != "HEAD") return method_not_allowed("GET");
+  const std::string upstream = percent_decode(upstream_part);
+  std::shared_ptr<const Snapshot> snap = hooks_.snapshot();
+  const Upstream* up = snap->find_upstream(upstream);
+  if (up == nullptr) return error(404, "no upstream \"" + escape_text(upstream) + "\"");
   const TimePoint now = Clock::now();
-  std::map<std::string, double> rates;
-  const double dt = std::chrono::duration<double>(now - last_view_).count();
-  for (const auto& l : status["listeners"]) {
-    const std::string name = l["name"].get<std::string>();
-    const std::uint64_t accepted = l["accepted"].get<std::uint64_t>();
-    auto it = last_accepted_.find(name);
-    if (it != last_accepted_.end() && dt > 0.05 && accepted >= it->second) {
-      rates[name] = static_cast<double>(accepted - it->second) / dt;
+  if (server_part.empty()) {
+    nlohmann::json doc = upstream_json(*up, now);
+    for (auto& sv : doc["servers"]) {
+      const std::optional<double> r = rates_.rate(server_rate_key(upstream, sv["address"].get<std::string>()));
+      sv["sessions_per_s"] = r ? nlohmann::json(*r) : nlohmann::json(nullptr);
     }
-    last_accepted_[name] = accepted;
+    return json_response(200, doc);
   }
-  last_view_ = now;
+  const std::string server = percent_decode(server_part);
+  const long index = find_server(*up, server);
+  if (index < 0) {
+    return error(404, "upstream \"" + escape_text(upstream) + "\" has no server " + escape_text(server));
+  }
+  nlohmann::json doc = server_json(*up, static_cast<std::size_t>(index), now);
+  const std::optional<double> r = rates_.rate(server_rate_key(upstream, doc["address"].get<std::string>()));
+  doc["sessions_per_s"] = r ? nlohmann::json(*r) : nlohmann::json(nullptr);
+  return json_response(200, doc);
+}
+
+void AdminApi::tick(TimePoint now) {
+  std::shared_ptr<const Snapshot> snap = hooks_.snapshot();
+  if (!snap) return;
+  std::map<std::string, std::uint64_t> counts;
+  for (const ListenerView& l : snap->listeners) {
+    counts[listener_rate_key(l.config->name)] = l.stats->accepted.load(std::memory_order_relaxed);
+  }
+  for (const auto& [name, up] : snap->upstreams) {
+    for (std::size_t i = 0; i < up->size(); ++i) {
+      const ServerState& st = up->server(i);
+      counts[server_rate_key(name, st.address.text)] = st.total_sessions.load(std::memory_order_relaxed);
+    }
+  }
+  rates_.add(now, std::move(counts));
+}
+
+nlohmann::json AdminApi::status_with_rates() {
+  nlohmann::json doc = status_json(*hooks_.snapshot(), hooks_.info(), Clock::now(), wall_ms());
+  const auto or_null = [](std::optional<double> v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  for (auto& l : doc["listeners"]) l["conn_per_s"] = or_null(rates_.rate(listener_rate_key(l["name"].get<std::string>())));
+  for (auto& u : doc["upstreams"]) {
+    const std::string name = u["name"].get<std::string>();
+    for (auto& sv : u["servers"]) {
+      sv["sessions_per_s"] = or_null(rates_.rate(server_rate_key(name, sv["address"].get<std::string>())));
+    }
+  }
+  return doc;
+}
+
+Response AdminApi::page() {
   Response r;
   r.content_type = "text/html; charset=utf-8";
-  r.body = status_page(status, rates);
+  r.body = status_page(status_with_rates(), wall_ms());
   return r;
 }
 

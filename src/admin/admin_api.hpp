@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,6 +62,29 @@ struct AdminHooks {
   std::function<Outcome(bool ready, const std::string& by)> set_ready;
 };
 
+// Per-second samples of counters, to tell their rate over the last
+// kWindow seconds (the status page's conn/s). Fed by a timer on the control
+// loop, never by a viewer.
+class RateWindow {
+ public:
+  static constexpr int kWindow = 10;  // seconds
+  void add(TimePoint at, std::map<std::string, std::uint64_t> counts);
+  // Per second, between the oldest and the newest sample holding `key`
+  // (at least a second apart), or nothing yet.
+  std::optional<double> rate(const std::string& key) const;
+
+ private:
+  struct Sample {
+    TimePoint at;
+    std::map<std::string, std::uint64_t> counts;
+  };
+  std::deque<Sample> samples_;
+};
+
+// The keys of RateWindow for a listener's accepted connections and a server's sessions.
+std::string listener_rate_key(std::string_view listener);
+std::string server_rate_key(std::string_view upstream, std::string_view server);
+
 class AdminApi {
  public:
   explicit AdminApi(AdminHooks hooks);
@@ -70,28 +95,37 @@ class AdminApi {
 
   Response handle(const Request& request);
 
+  // Called by the host once a second: samples the counters that rates are
+  // measured from, so a rate covers the same fixed window whoever looks and
+  // however often.
+  void tick(TimePoint now);
+
  private:
   Response server_action(const Request& request, std::string_view upstream, std::string_view server,
                          std::string_view action);
+  Response upstream_get(const Request& request, std::string_view upstream, std::string_view server);
   Response page();
   Response readiness(const Request& request, std::string_view action);
+  // status_json with the rates added (listeners' conn_per_s, servers' sessions_per_s).
+  nlohmann::json status_with_rates();
 
   AdminHooks hooks_;
   std::string token_;
-  // The status page shows rates since its previous view.
-  std::map<std::string, std::uint64_t> last_accepted_;
-  TimePoint last_view_{};
+  RateWindow rates_;
 };
 
 // ---- pure renderers (unit-tested) ----
 
 // One server of `up` as /status shows it (also the answer to server actions).
 nlohmann::json server_json(const Upstream& up, std::size_t index, TimePoint now);
+// One upstream as /status shows it (GET /upstreams/U).
+nlohmann::json upstream_json(const Upstream& up, TimePoint now);
 // GET /status as JSON.
 nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now, std::int64_t now_ms);
-// The status page from status_json's document; `rates` maps listener name to
-// connections per second since the previous view (absent: unknown).
-std::string status_page(const nlohmann::json& status, const std::map<std::string, double>& rates);
+// The status page from status_json's document (with the rates, when known).
+std::string status_page(const nlohmann::json& status, std::int64_t now_ms);
+// "3d 4h 12m", "5m 7s", "42s": a duration as people read it.
+std::string human_duration(double seconds);
 // GET /metrics: Prometheus text exposition format 0.0.4.
 std::string metrics_text(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now);
 

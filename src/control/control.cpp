@@ -527,6 +527,7 @@ void Control::reopen_logs() {
 void Control::on_tick(uv_timer_t* t) {
   auto* c = static_cast<Control*>(t->data);
   c->log_drops_.tick();
+  if (c->admin_api_) c->admin_api_->tick(Clock::now());  // the status page's rates
 }
 
 void Control::begin_stop(bool now) {

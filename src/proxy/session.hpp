@@ -30,6 +30,7 @@ class BufferPool;
 class ServerState;
 class Snapshot;
 class Splicer;
+struct RouteStats;
 struct ListenerView;
 
 class Session {
@@ -163,6 +164,7 @@ class Session {
   Pump s2c_;
   Connector connector_;
   std::unique_ptr<Splicer> splicer_;  // once a switch was tried (kept if it failed: never tried twice)
+  RouteStats* route_stats_ = nullptr;  // the SNI route (or default) a preread chose; null otherwise
 
   // Times in loop milliseconds (uv_now: the worker's loop clock, brought up
   // to date after every wait).
