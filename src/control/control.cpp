@@ -498,6 +498,7 @@ std::string Control::start_admin(const Config& config) {
   admin_api_->set_token(config.admin.token);
   admin_http_ = std::make_unique<admin::HttpServer>(
       loop_, [this](const admin::Request& req) { return admin_api_->handle(req); });
+  admin_http_->set_gate([this](const admin::Request& req) { return admin_api_->authorize(req); });
   if (std::string err = admin_http_->listen(config.admin.listen); !err.empty()) return "[admin] " + err;
   spdlog::info("admin API listening on {}", admin_http_->bound());
   return {};
