@@ -99,6 +99,45 @@ std::optional<long> parse_weight(std::string_view body) {
   return std::nullopt;
 }
 
+// ASCII case-insensitive equality with `lower` (already lower case).
+bool same_ascii_lower(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i] >= 'A' && s[i] <= 'Z' ? static_cast<char>(s[i] - 'A' + 'a') : s[i];
+    if (c != lower[i]) return false;
+  }
+  return true;
+}
+
+int base64_value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+// Standard base64 (RFC 4648), padding optional. nullopt when malformed.
+std::optional<std::string> base64_decode(std::string_view in) {
+  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
+  if (in.size() % 4 == 1) return std::nullopt;
+  std::string out;
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    const int v = base64_value(c);
+    if (v < 0) return std::nullopt;
+    acc = (acc << 6) | static_cast<std::uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xFF);
+    }
+  }
+  return out;
+}
+
 RateLimitedWarning g_unauthorized;
 
 // The index in `up` of the server `text` names: by the address as the file
@@ -163,28 +202,51 @@ std::optional<double> RateWindow::rate(const std::string& key) const {
 
 AdminApi::AdminApi(AdminHooks hooks) : hooks_(std::move(hooks)) {}
 
-Response AdminApi::handle(const Request& req) {
+std::optional<std::string> presented_token(std::string_view value) {
+  auto blank = [](char c) { return c == ' ' || c == '\t'; };
+  while (!value.empty() && blank(value.back())) value.remove_suffix(1);
+  const std::size_t sp = value.find_first_of(" \t");
+  if (sp == std::string_view::npos) return std::nullopt;
+  const std::string_view scheme = value.substr(0, sp);
+  std::string_view credentials = value.substr(sp);
+  while (!credentials.empty() && blank(credentials.front())) credentials.remove_prefix(1);
+  if (credentials.empty()) return std::nullopt;
+  if (same_ascii_lower(scheme, "bearer")) return std::string(credentials);
+  if (!same_ascii_lower(scheme, "basic")) return std::nullopt;
+  const std::optional<std::string> user_pass = base64_decode(credentials);
+  if (!user_pass) return std::nullopt;
+  // RFC 7617: the user name cannot hold a colon; the password may.
+  const std::size_t colon = user_pass->find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  return user_pass->substr(colon + 1);
+}
+
+std::optional<Response> AdminApi::authorize(const Request& req) const {
+  if (token_.empty()) return std::nullopt;
   // GET /ready needs no token: a front tier's probe (keepalived's curl, a
   // kubelet) learns one bit and should not have to carry the secret, as
-  // with HAProxy's monitor-uri. POST /healthcheck/* is checked below.
+  // with HAProxy's monitor-uri. POST /healthcheck/* needs it like any change.
   if (const auto p = split_path(req.path);
       p.size() == 1 && p[0] == "ready" && (req.method == "GET" || req.method == "HEAD")) {
-    return readiness(req, "");
+    return std::nullopt;
   }
-  if (!token_.empty()) {
-    auto it = req.headers.find("authorization");
-    const std::string_view prefix = "Bearer ";
-    const bool ok = it != req.headers.end() && it->second.size() > prefix.size() &&
-                    std::string_view(it->second).substr(0, prefix.size()) == prefix &&
-                    same_token(std::string_view(it->second).substr(prefix.size()), token_);
-    if (!ok) {
-      g_unauthorized.warn("admin: unauthorized request from " + req.peer + " (" +
-                          escape_text(req.method + " " + req.path) + ")");
-      Response r = error(401, "unauthorized: send Authorization: Bearer TOKEN");
-      r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
-      return r;
-    }
+  auto it = req.headers.find("authorization");
+  if (it != req.headers.end()) {
+    const std::optional<std::string> presented = presented_token(it->second);
+    if (presented && same_token(*presented, token_)) return std::nullopt;
   }
+  g_unauthorized.warn("admin: unauthorized request from " + req.peer + " (" +
+                      escape_text(req.method + " " + req.path) + ")");
+  Response r = error(401, "unauthorized: send Authorization: Bearer TOKEN, or log in with the token as the password");
+  // Basic first: a browser then asks for a user name and password (the token);
+  // scripts send the Bearer token.
+  r.headers.emplace_back("WWW-Authenticate", "Basic realm=\"sluice\"");
+  r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
+  return r;
+}
+
+Response AdminApi::handle(const Request& req) {
+  if (std::optional<Response> refused = authorize(req)) return std::move(*refused);
 
   const std::vector<std::string_view> parts = split_path(req.path);
   const std::string& m = req.method;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -89,10 +90,16 @@ class AdminApi {
  public:
   explicit AdminApi(AdminHooks hooks);
 
-  // The token every request must carry (`Authorization: Bearer TOKEN`);
-  // empty = no authentication.
+  // The token every request must carry (`Authorization: Bearer TOKEN`, or
+  // HTTP Basic with the token as the password); empty = no authentication.
   void set_token(std::string token) { token_ = std::move(token); }
 
+  // nullopt when `request` may go on (no token is set, or it carries the
+  // token); otherwise the 401 to answer. Needs only the headers: the HTTP
+  // server calls it before it reads a body or sends `100 Continue`.
+  std::optional<Response> authorize(const Request& request) const;
+
+  // Answers a request (authorize() first).
   Response handle(const Request& request);
 
   // Called by the host once a second: samples the counters that rates are
@@ -114,7 +121,12 @@ class AdminApi {
   RateWindow rates_;
 };
 
-// ---- pure renderers (unit-tested) ----
+// ---- pure functions (unit-tested) ----
+
+// The token an Authorization header value presents: `Bearer TOKEN`, or
+// `Basic BASE64(USER:TOKEN)` with any user name (what a browser sends). The
+// scheme is case-insensitive. nullopt for any other scheme or a malformed value.
+std::optional<std::string> presented_token(std::string_view authorization);
 
 // One server of `up` as /status shows it (also the answer to server actions).
 nlohmann::json server_json(const Upstream& up, std::size_t index, TimePoint now);

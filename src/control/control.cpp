@@ -101,6 +101,28 @@ std::string write_file_synced(const std::string& path, std::string_view text, co
   return err;
 }
 
+// The file `path` names once every symbolic link in its last component is
+// followed (a relative link is relative to the link's directory). A link
+// that points nowhere yields where it points; a loop of links yields the last
+// name reached.
+std::string through_links(std::string path) {
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;
+    std::string to(static_cast<std::size_t>(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
+    const ssize_t n = ::readlink(path.c_str(), to.data(), to.size());
+    if (n < 0 || static_cast<std::size_t>(n) >= to.size()) return path;
+    to.resize(static_cast<std::size_t>(n));
+    if (to.empty()) return path;
+    if (to.front() != '/') {
+      const std::size_t slash = path.rfind('/');
+      to = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + to;
+    }
+    path = std::move(to);
+  }
+  return path;
+}
+
 struct Drain {
   uv_timer_t timer{};
   Control* control = nullptr;
@@ -412,21 +434,27 @@ ReloadResult Control::put_config(std::string_view toml) {
   ReloadResult r;
   std::shared_ptr<const Config> config;
   try {
-    config = std::make_shared<const Config>(parse_config(toml, config_path_));
+    // Errors name the body, where the mistake is, not the file on disk.
+    Config parsed = parse_config(toml, "PUT /config body");
+    parsed.path = config_path_;
+    config = std::make_shared<const Config>(std::move(parsed));
   } catch (const ConfigError& e) {
     r = {false, e.what()};
   }
   // Written next to the file first, renamed over it only once the new
-  // configuration runs: the file and the running state never disagree.
-  const std::string tmp = config_path_ + ".new." + std::to_string(::getpid());
+  // configuration runs: the file and the running state never disagree. When
+  // the configuration path is a symbolic link, the file it points to is
+  // replaced and the link stays.
+  const std::string target = through_links(config_path_);
+  const std::string tmp = target + ".new." + std::to_string(::getpid());
   if (config) {
     notify_systemd("RELOADING=1");
-    if (std::string err = write_file_synced(tmp, toml, config_path_); !err.empty()) {
+    if (std::string err = write_file_synced(tmp, toml, target); !err.empty()) {
       r = {false, "cannot write " + tmp + ": " + err};
     } else {
       r = apply(std::move(config));
-      if (r.ok && ::rename(tmp.c_str(), config_path_.c_str()) != 0) {
-        r.message += "; but replacing " + config_path_ + " failed: " + std::strerror(errno) +
+      if (r.ok && ::rename(tmp.c_str(), target.c_str()) != 0) {
+        r.message += "; but replacing " + target + " failed: " + std::strerror(errno) +
                      " (the running configuration differs from the file)";
       }
       ::unlink(tmp.c_str());
@@ -506,6 +534,7 @@ std::string Control::start_admin(const Config& config) {
   admin_api_->set_token(config.admin.token);
   admin_http_ = std::make_unique<admin::HttpServer>(
       loop_, [this](const admin::Request& req) { return admin_api_->handle(req); });
+  admin_http_->set_gate([this](const admin::Request& req) { return admin_api_->authorize(req); });
   if (std::string err = admin_http_->listen(config.admin.listen); !err.empty()) return "[admin] " + err;
   spdlog::info("admin API listening on {}", admin_http_->bound());
   return {};

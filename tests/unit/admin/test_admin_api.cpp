@@ -2,6 +2,10 @@
 // without sockets through AdminApi::handle.
 #include <doctest/doctest.h>
 
+#include <optional>
+#include <string>
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/unit/admin/fixture.hpp"
@@ -53,6 +57,58 @@ TEST_CASE("with a token every request needs it") {
   CHECK(api.handle(r).status == 401);
   r.headers["authorization"] = "Bearer s3cret";
   CHECK(api.handle(r).status == 200);
+  CHECK_FALSE(api.authorize(r).has_value());
+  r.headers["authorization"] = "Basic YWRtaW46czNjcmV0";  // admin:s3cret
+  CHECK(api.handle(r).status == 200);
+}
+
+TEST_CASE("a refused request is told how to log in, browser and script alike") {
+  Fixture f;
+  AdminApi api(f.hooks());
+  api.set_token("s3cret");
+  const std::optional<Response> refused = api.authorize(request("GET", "/"));
+  REQUIRE(refused.has_value());
+  CHECK(refused->status == 401);
+  using Header = std::pair<std::string, std::string>;
+  REQUIRE(refused->headers.size() == 2);
+  CHECK(refused->headers[0] == Header("WWW-Authenticate", "Basic realm=\"sluice\""));
+  CHECK(refused->headers[1] == Header("WWW-Authenticate", "Bearer realm=\"sluice\""));
+
+  AdminApi open(f.hooks());  // no token: nothing to authorize
+  CHECK_FALSE(open.authorize(request("GET", "/")).has_value());
+}
+
+TEST_CASE("the token an Authorization header presents") {
+  struct Case {
+    const char* header;
+    std::optional<std::string> token;
+  };
+  const Case cases[] = {
+      {"Bearer abc", "abc"},
+      {"bearer abc", "abc"},
+      {"BEARER abc", "abc"},
+      {"Bearer   abc  ", "abc"},
+      {"Bearer\tabc", "abc"},
+      {"Basic YWRtaW46czNjcmV0", "s3cret"},          // admin:s3cret
+      {"basic YWRtaW46czNjcmV0", "s3cret"},
+      {"Basic OnMzY3JldA==", "s3cret"},              // :s3cret (no user name)
+      {"Basic OnMzY3JldA", "s3cret"},                // the same without padding
+      {"Basic dTpzM2NyZXQ6d2l0aDpjb2xvbnM=", "s3cret:with:colons"},  // u:s3cret:with:colons
+      {"Basic czNjcmV0Og==", ""},                    // s3cret: (the token as the user name)
+      {"Basic czNjcmV0", std::nullopt},              // s3cret: no colon
+      {"Basic !!!!", std::nullopt},
+      {"Basic YWRtaW46czNjcmV0Q", std::nullopt},     // one character too many
+      {"Bearer", std::nullopt},
+      {"Bearer   ", std::nullopt},
+      {"Bearerabc", std::nullopt},
+      {"Digest abc", std::nullopt},
+      {"abc", std::nullopt},
+      {"", std::nullopt},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.header);
+    CHECK(presented_token(c.header) == c.token);
+  }
 }
 
 TEST_CASE("drain, disable, enable and weight change the server's long-lived state") {
