@@ -142,13 +142,19 @@ Response AdminApi::handle(const Request& req) {
     if (m != "POST") return method_not_allowed("POST");
     const Outcome o = hooks_.reload();
     if (!o.ok) return json_response(400, {{"ok", false}, {"error", o.message}});
-    return json_response(200, {{"ok", true}, {"message", o.message}, {"generation", hooks_.info().generation}});
+    return json_response(200, {{"ok", true},
+                               {"message", o.message},
+                               {"generation", hooks_.info().generation},
+                               {"restart_required", o.restart_required}});
   }
   if (parts.size() == 1 && parts[0] == "config") {
     if (m != "PUT") return method_not_allowed("PUT");
     const Outcome o = hooks_.put_config(req.body);
     if (!o.ok) return json_response(400, {{"ok", false}, {"error", o.message}});
-    return json_response(200, {{"ok", true}, {"message", o.message}, {"generation", hooks_.info().generation}});
+    return json_response(200, {{"ok", true},
+                               {"message", o.message},
+                               {"generation", hooks_.info().generation},
+                               {"restart_required", o.restart_required}});
   }
   if (parts.size() == 5 && parts[0] == "upstreams" && parts[2] == "servers") {
     return server_action(req, parts[1], parts[3], parts[4]);
