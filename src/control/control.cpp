@@ -302,7 +302,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   result.ok = true;
   result.message = "configuration generation " + std::to_string(generation_) + " loaded from " + config->path;
   if (!waiting.empty()) {
-    result.message += "; waiting for a restart: ";
+    result.message += "; needs a restart to take effect: ";
     for (std::size_t i = 0; i < waiting.size(); ++i) result.message += (i > 0 ? ", " : "") + waiting[i];
   }
   return result;
