@@ -29,20 +29,18 @@ class OutputSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   // `flush_each`: flush after every record (the error log: a line is on disk
   // or on the terminal as soon as it is written).
-  OutputSink(LogOutput output, bool flush_each) : output_(std::move(output)), flush_each_(flush_each) {}
+  OutputSink(LogOutput output, bool flush_each)
+      : is_file_(output.is_file()), output_(std::move(output)), flush_each_(flush_each) {}
 
   void request_reopen() { reopen_.store(true, std::memory_order_release); }
   void request_switch(LogOutput next) {
+    is_file_.store(next.is_file(), std::memory_order_relaxed);
     std::lock_guard lock(pending_mu_);
     pending_ = std::make_unique<LogOutput>(std::move(next));
   }
-  // Whether the output is a file, counting one waiting to take over.
-  bool is_file() {
-    std::lock_guard lock(pending_mu_);
-    if (pending_) return pending_->is_file();
-    std::lock_guard out_lock(mutex_);
-    return output_.is_file();
-  }
+  // Whether the output is a file, counting one waiting to take over. Never
+  // waits for the logging thread, which may be stuck writing to a full pipe.
+  bool is_file() const { return is_file_.load(std::memory_order_relaxed); }
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
@@ -71,6 +69,7 @@ class OutputSink final : public spdlog::sinks::base_sink<std::mutex> {
     if (reopen_.exchange(false, std::memory_order_acq_rel)) output_.reopen();
   }
 
+  std::atomic<bool> is_file_;
   LogOutput output_;  // under mutex_ (base_sink's)
   const bool flush_each_;
   std::atomic<bool> reopen_{false};
