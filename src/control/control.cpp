@@ -289,8 +289,8 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   if (health_ && !stopping_) health_->update(*snapshot_);
 
   loaded_at_ms_ = wall_ms();
-  if (before) apply_admin_changes(snapshot_->config->admin, result.restart_required, waiting);
   if (before) {
+    apply_admin_changes(snapshot_->config->admin, result.restart_required, waiting);
     if (error_log) {
       // In the old destination, so that whoever reads it knows where to look.
       spdlog::info("error log moves to {}", error_log->target());
@@ -318,7 +318,7 @@ void Control::apply_admin_changes(const AdminConfig& a, std::vector<std::string>
   if (!admin_api_) {
     if (a.enabled) {
       restart_required.push_back("admin");
-      waiting.push_back("admin (the admin API starts with the next start)");
+      waiting.push_back("admin (the admin API is started only at start-up)");
     }
     return;
   }
