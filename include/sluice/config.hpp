@@ -146,6 +146,7 @@ struct UpstreamConfig {
   AllDown all_down = AllDown::fail_closed;
   ProxyProtocol proxy_protocol = ProxyProtocol::none;
   Duration drain_timeout{0};         // removed servers' sessions end after this; 0 = let them finish
+  bool drain_timeout_set = false;    // written on the upstream (else [global]'s value, copied)
   std::optional<HealthConfig> health;
   std::vector<ServerConfig> servers;
 };

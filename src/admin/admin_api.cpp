@@ -272,13 +272,19 @@ Response AdminApi::handle(const Request& req) {
     if (m != "POST") return method_not_allowed("POST");
     const Outcome o = hooks_.reload();
     if (!o.ok) return json_response(400, {{"ok", false}, {"error", o.message}});
-    return json_response(200, {{"ok", true}, {"message", o.message}, {"generation", hooks_.info().generation}});
+    return json_response(200, {{"ok", true},
+                               {"message", o.message},
+                               {"generation", hooks_.info().generation},
+                               {"restart_required", o.restart_required}});
   }
   if (parts.size() == 1 && parts[0] == "config") {
     if (m != "PUT") return method_not_allowed("PUT");
     const Outcome o = hooks_.put_config(req.body);
     if (!o.ok) return json_response(400, {{"ok", false}, {"error", o.message}});
-    return json_response(200, {{"ok", true}, {"message", o.message}, {"generation", hooks_.info().generation}});
+    return json_response(200, {{"ok", true},
+                               {"message", o.message},
+                               {"generation", hooks_.info().generation},
+                               {"restart_required", o.restart_required}});
   }
   // Readiness for a front tier: GET /ready, POST /healthcheck/{fail,ok}.
   if (parts.size() == 1 && parts[0] == "ready") return readiness(req, "");

@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -26,8 +28,14 @@ namespace sluice::admin {
 
 // The outcome of a reload or PUT /config.
 struct Outcome {
+  Outcome() = default;
+  Outcome(bool ok_, std::string message_, std::vector<std::string> restart_required_ = {})
+      : ok(ok_), message(std::move(message_)), restart_required(std::move(restart_required_)) {}
+
   bool ok = false;
   std::string message;  // what changed, or the error (FILE:LINE:COLUMN: ...)
+  // Settings that wait for a restart (the answer's "restart_required").
+  std::vector<std::string> restart_required;
 };
 
 // What the host knows and the Snapshot does not.

@@ -390,7 +390,10 @@ class Parser {
             "proxy_protocol", {{"none", ProxyProtocol::none}, {"v1", ProxyProtocol::v1}, {"v2", ProxyProtocol::v2}})) {
       u.proxy_protocol = *v;
     }
-    if (auto v = r.duration("drain_timeout", true)) u.drain_timeout = *v;
+    if (auto v = r.duration("drain_timeout", true)) {
+      u.drain_timeout = *v;
+      u.drain_timeout_set = true;
+    }
 
     const toml::node& servers_node = r.require("servers");
     const toml::array* servers = r.array("servers", "an array of tables like [{ address = \"10.0.0.1:5432\" }]");

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -216,10 +217,23 @@ ReloadResult Control::reload_from_file() {
 ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   ReloadResult result;
   const unsigned want_workers = config->global.workers != 0 ? config->global.workers : uv_available_parallelism();
-  std::string notes;
+  // Settings only a restart changes keep their running values; the answer
+  // and the log list them.
+  std::vector<std::string> waiting;
   if (snapshot_ && want_workers != nworkers_) {
-    notes = "; workers = " + std::to_string(config->global.workers) +
-            " needs a restart (still running " + std::to_string(nworkers_) + ")";
+    result.restart_required.push_back("global.workers");
+    waiting.push_back("global.workers (still " + std::to_string(nworkers_) + ")");
+  }
+
+  // A new error_log is opened before anything else is: a path that cannot
+  // be opened fails the reload, and the error log stays where it was.
+  std::optional<LogOutput> error_log;
+  if (snapshot_ && config->global.error_log != snapshot_->config->global.error_log) {
+    try {
+      error_log.emplace(config->global.error_log);
+    } catch (const std::exception& e) {
+      return {false, "[global] error_log \"" + config->global.error_log + "\" cannot be opened: " + e.what()};
+    }
   }
 
   // Match listeners to the sockets already open (by address), open the rest.
@@ -297,18 +311,66 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   if (health_ && !stopping_) health_->update(*snapshot_);
 
   loaded_at_ms_ = wall_ms();
-  if (admin_api_) {
-    const AdminConfig& a = snapshot_->config->admin;
-    if (a.enabled != admin_config_.enabled || a.listen.port != admin_config_.listen.port ||
-        !same_ip(a.listen.addr, admin_config_.listen.addr)) {
-      notes += "; the admin API's listen address changes only with a restart (still " + admin_http_->bound() + ")";
+  if (before) {
+    apply_admin_changes(snapshot_->config->admin, result.restart_required, waiting);
+    if (error_log) {
+      // In the old destination, so that whoever reads it knows where to look.
+      spdlog::info("error log moves to {}", error_log->target());
+      set_error_log_output(std::move(*error_log));
     }
-    admin_api_->set_token(a.token);  // a new token_file takes effect now
+    set_error_log_level(config->global.log_level);
   }
 
   result.ok = true;
-  result.message = "configuration generation " + std::to_string(generation_) + " loaded from " + config->path + notes;
+  result.message = "configuration generation " + std::to_string(generation_) + " loaded from " + config->path;
+  if (!waiting.empty()) {
+    result.message += "; needs a restart to take effect: ";
+    for (std::size_t i = 0; i < waiting.size(); ++i) result.message += (i > 0 ? ", " : "") + waiting[i];
+  }
   return result;
+}
+
+// The admin API's listener starts and stops only with the process, and its
+// token guards that listener: a reload may change the token while the
+// listener stays as it is, but never turn authentication off, and a token
+// written for another listener (or a removed [admin]) waits for the restart
+// that brings that listener. Until then the running token stays in force.
+void Control::apply_admin_changes(const AdminConfig& a, std::vector<std::string>& restart_required,
+                                  std::vector<std::string>& waiting) {
+  if (!admin_api_) {
+    if (a.enabled) {
+      restart_required.push_back("admin");
+      waiting.push_back("admin (the admin API is started only at start-up)");
+    }
+    return;
+  }
+  const std::string running = admin_http_->bound();
+  if (!a.enabled) {
+    restart_required.push_back("admin");
+    waiting.push_back("admin (the admin API keeps running on " + running + ", with its token, until a restart)");
+    return;
+  }
+  const bool same_listener =
+      a.listen.port == admin_config_.listen.port && same_ip(a.listen.addr, admin_config_.listen.addr);
+  if (!same_listener) {
+    restart_required.push_back("admin.listen");
+    waiting.push_back("admin.listen (still " + running + ")");
+    if (a.token != admin_token_) {
+      restart_required.push_back("admin.token_file");
+      waiting.push_back("admin.token_file (the running token stays with the running listener)");
+    }
+    return;
+  }
+  if (a.token.empty() && !admin_token_.empty()) {
+    restart_required.push_back("admin.token_file");
+    waiting.push_back("admin.token_file (removing it turns authentication off only at a restart; the running "
+                      "token stays)");
+    return;
+  }
+  if (a.token != admin_token_) {
+    admin_token_ = a.token;
+    admin_api_->set_token(admin_token_);  // a new token_file takes effect now
+  }
 }
 
 // Servers that the new configuration no longer has: their sessions go on, or
@@ -326,11 +388,15 @@ void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
     }
     if (gone.empty()) continue;
     // The new file's word counts: a reload that removes a server may also
-    // set the drain_timeout it should get. Then the upstream's old value,
-    // then [global] drain_timeout.
+    // set the drain_timeout it should get (the upstream's own, or else the
+    // new [global] one: the loader has applied that default already). For
+    // an upstream the new file drops, its own value from the old file, or
+    // else the new [global] drain_timeout. "0s" written on an upstream
+    // means what it says: the sessions finish on their own.
     const Upstream* now_up = after.find_upstream(name);
-    Duration timeout = now_up != nullptr ? now_up->config().drain_timeout : up->config().drain_timeout;
-    if (timeout.count() <= 0) timeout = after.config->global.drain_timeout;
+    const Duration timeout = now_up != nullptr                ? now_up->config().drain_timeout
+                             : up->config().drain_timeout_set ? up->config().drain_timeout
+                                                              : after.config->global.drain_timeout;
     for (const auto& s : gone) {
       spdlog::info("upstream \"{}\" server {} removed; its {} session(s) {}", name, s->address.text,
                    s->active.load(std::memory_order_relaxed),
@@ -468,6 +534,11 @@ void Control::record_reload(std::string_view origin, const ReloadResult& r) {
   if (r.ok) {
     ++reloads_ok_;
     spdlog::info("reload succeeded: {}", r.message);
+    if (!r.restart_required.empty()) {
+      std::string keys;
+      for (const std::string& k : r.restart_required) keys += (keys.empty() ? "" : ", ") + k;
+      spdlog::warn("these settings take effect only after a restart: {} (the running values stay until then)", keys);
+    }
   } else {
     ++reloads_failed_;
     spdlog::error("reload failed, the running configuration is unchanged: {}", r.message);
@@ -519,19 +590,20 @@ std::string Control::start_admin(const Config& config) {
   hooks.reload = [this] {
     if (stopping_) return admin::Outcome{false, "sluice is stopping: reload refused"};
     const ReloadResult r = reload("POST /reload");
-    return admin::Outcome{r.ok, r.message};
+    return admin::Outcome{r.ok, r.message, r.restart_required};
   };
   hooks.put_config = [this](std::string_view toml) {
     if (stopping_) return admin::Outcome{false, "sluice is stopping: configuration refused"};
     const ReloadResult r = put_config(toml);
-    return admin::Outcome{r.ok, r.message};
+    return admin::Outcome{r.ok, r.message, r.restart_required};
   };
   hooks.close_sessions = [this](std::shared_ptr<const ServerState> server, Cause cause) {
     close_sessions(std::move(server), cause);
   };
   hooks.set_ready = [this](bool ok, const std::string& by) { return set_healthcheck(ok, by); };
   admin_api_ = std::make_unique<admin::AdminApi>(std::move(hooks));
-  admin_api_->set_token(config.admin.token);
+  admin_token_ = config.admin.token;
+  admin_api_->set_token(admin_token_);
   admin_http_ = std::make_unique<admin::HttpServer>(
       loop_, [this](const admin::Request& req) { return admin_api_->handle(req); });
   admin_http_->set_gate([this](const admin::Request& req) { return admin_api_->authorize(req); });

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <uv.h>
@@ -26,8 +27,16 @@ namespace sluice {
 class Worker;
 
 struct ReloadResult {
+  ReloadResult() = default;
+  ReloadResult(bool ok_, std::string message_, std::vector<std::string> restart_required_ = {})
+      : ok(ok_), message(std::move(message_)), restart_required(std::move(restart_required_)) {}
+
   bool ok = false;
   std::string message;  // the error (file:line:column: ...), or what changed
+  // Settings the file changes that take effect only at the next start
+  // ("global.workers", "admin", "admin.listen", "admin.token_file"); their
+  // running values stay until then.
+  std::vector<std::string> restart_required;
 };
 
 class Control {
@@ -87,6 +96,10 @@ class Control {
   void notify_systemd(const std::string& state);
   void drain_removed(const Snapshot& before, const Snapshot& after);
   void record_reload(std::string_view origin, const ReloadResult& r);
+  // A reload's [admin]: which token is in force, and what waits for a
+  // restart (appended to both lists: keys, and keys with the running value).
+  void apply_admin_changes(const AdminConfig& a, std::vector<std::string>& restart_required,
+                           std::vector<std::string>& waiting);
   // Starts the admin API when the configuration has one. Returns an error or "".
   std::string start_admin(const Config& config);
   admin::ProcessInfo process_info() const;
@@ -133,6 +146,7 @@ class Control {
   std::unique_ptr<admin::AdminApi> admin_api_;
   std::unique_ptr<admin::HttpServer> admin_http_;
   AdminConfig admin_config_;  // what the running admin API was started with
+  std::string admin_token_;   // the token in force (empty: none)
   std::unique_ptr<HealthChecker> health_;  // active checks, on this loop
   bool handles_closed_ = false;
   bool healthcheck_failed_ = false;  // POST /healthcheck/fail, until /healthcheck/ok

@@ -55,8 +55,10 @@ class Session {
   void terminate(Cause cause) { finish(cause); }
   // Ends the session with `cause` at loop time `at_ms` (a spread-out drain).
   void close_at(std::uint64_t at_ms, Cause cause);
-  // The server this session is on (or connecting to); null if none.
-  const ServerState* server() const { return connector_.server(); }
+  // The server this session is on (or connecting to); null if none, also
+  // right after a failed attempt: a session moving on from a server is no
+  // longer that server's to close.
+  const ServerState* server() const { return connector_.current(); }
   State state() const { return state_; }
   // The worker's TimerQueue callback: a deadline of the session is due.
   static void fire_timer(void* owner);
