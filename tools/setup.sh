@@ -18,6 +18,7 @@ packages=(
   python3-matplotlib   # the L4/L7 routing comparison draws its chart (tools/compare_routing.py)
   iproute2 nftables   # network-namespace fault tests: veth pairs, dropped packets
   strace   # system calls per connection, in a test and in the benchmark
+  libc-ares-dev dnsmasq-base   # servers from DNS (c-ares); a real DNS server in its tests
 )
 
 missing=()

@@ -17,6 +17,7 @@
 #include "admin/http_server.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/cause.hpp"
+#include "sluice/dns_status.hpp"
 #include "sluice/time.hpp"
 
 namespace sluice::admin {
@@ -41,6 +42,7 @@ struct ProcessInfo {
   std::uint64_t reloads_ok = 0;
   std::uint64_t reloads_failed = 0;
   std::map<std::string, std::string> listener_addresses;  // listener name -> bound address
+  DnsStatus dns;  // servers from DNS: entries, counters
 };
 
 struct AdminHooks {

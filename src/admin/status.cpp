@@ -35,6 +35,7 @@ nlohmann::json server_json(const Upstream& up, std::size_t i, TimePoint now) {
       {"effective_weight", up.effective_weight(i, now)},
       {"max_conns", up.member(i).config.max_conns},
       {"backup", up.member(i).config.backup},
+      {"from", up.member(i).config.from},
       {"state", st.state},
       {"reason", st.reason},
       {"since_ms", st.since_ms},
@@ -49,6 +50,29 @@ nlohmann::json server_json(const Upstream& up, std::size_t i, TimePoint now) {
       {"bytes_out", relaxed(s.bytes_out)},
       {"last_connect_ms", s.last_connect_ms.load(std::memory_order_relaxed)},
   };
+}
+
+// The "discovery" section: the resolver's counters and each entry whose
+// servers come from DNS.
+nlohmann::json dns_json(const DnsStatus& dns) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const DnsEntryStatus& e : dns.entries) {
+    entries.push_back({
+        {"upstream", e.upstream},
+        {"entry", e.entry},
+        {"type", e.type},
+        {"name", e.name},
+        {"addresses", e.servers},
+        {"held", e.held},
+        {"ttl_seconds", e.ttl_seconds},
+        {"next_refresh_ms", e.next_refresh_ms},
+        {"last_answer_ms", e.last_answer_ms},
+        {"last_error", e.last_error},
+        {"last_error_ms", e.last_error_ms},
+    });
+  }
+  return {{"enabled", dns.enabled}, {"nameservers", dns.nameservers}, {"queries", dns.queries},
+          {"errors", dns.errors},   {"changes", dns.changes},         {"entries", std::move(entries)}};
 }
 
 nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now,
@@ -95,6 +119,7 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
     upstreams.push_back({{"name", uc.name}, {"balance", balance_name(uc.balance)}, {"servers", std::move(servers)}});
   }
   doc["upstreams"] = std::move(upstreams);
+  doc["discovery"] = dns_json(info.dns);
   return doc;
 }
 
@@ -138,6 +163,13 @@ std::string bytes(std::uint64_t n) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
   return buf;
+}
+
+// " <small>from NAME</small>" for a server DNS gave.
+std::string from_label(const nlohmann::json& server) {
+  const auto it = server.find("from");
+  if (it == server.end() || !it->is_string() || it->get<std::string>().empty()) return {};
+  return " <small class=\"from\">from " + text(*it) + "</small>";
 }
 
 constexpr const char* kStyle = R"(
@@ -203,7 +235,8 @@ std::string status_page(const nlohmann::json& s, const std::map<std::string, dou
     for (const auto& sv : u["servers"]) {
       const std::string state = sv["state"].get<std::string>();
       h += "<tr class=\"state-" + html_escape(state) + "\" data-server=\"" + text(sv["address"]) + "\"><td>" +
-           text(sv["address"]) + (sv["backup"].get<bool>() ? " (backup)" : "") + "</td><td class=\"s\">" +
+           text(sv["address"]) + (sv["backup"].get<bool>() ? " (backup)" : "") + from_label(sv) +
+           "</td><td class=\"s\">" +
            html_escape(state) + "</td><td>" + text(sv["reason"]) + "</td><td class=\"n\">" + text(sv["weight"]) +
            "</td><td class=\"n\">" + text(sv["effective_weight"]) + "</td><td class=\"n\">" + text(sv["active"]) +
            "</td><td class=\"n\">" + text(sv["total_sessions"]) + "</td><td class=\"n\">" + text(sv["failures"]) +

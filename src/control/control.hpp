@@ -15,6 +15,7 @@
 
 #include "admin/admin_api.hpp"
 #include "admin/http_server.hpp"
+#include "discovery/discovery.hpp"
 #include "health/checker.hpp"
 #include "log/logging.hpp"
 #include "runtime/registry.hpp"
@@ -92,6 +93,19 @@ class Control {
   admin::ProcessInfo process_info() const;
   void close_sessions(std::shared_ptr<const ServerState> server, Cause cause);
 
+  // DNS discovery: started with the first configuration, which waits (a
+  // bounded time) for the first answers so that the first Snapshot has
+  // their servers.
+  void start_discovery(const Config& config);
+  // The file's configuration with the servers DNS gives now.
+  std::shared_ptr<const Config> with_discovered(const std::shared_ptr<const Config>& config) const;
+  // After apply(): discovery follows the file's entries and [resolver].
+  void configure_discovery(const std::shared_ptr<const Config>& config);
+  // DNS changed an upstream's servers: a new Snapshot of the same file,
+  // posted like a reload's (servers that stay keep their state, removed
+  // ones drain), with no listener change.
+  void apply_discovered();
+
   static void on_signal_fd(uv_poll_t* h, int status, int events);
   void on_signal(int signum);
   void close_signal_fd();
@@ -123,6 +137,8 @@ class Control {
   std::unique_ptr<admin::HttpServer> admin_http_;
   AdminConfig admin_config_;  // what the running admin API was started with
   std::unique_ptr<HealthChecker> health_;  // active checks, on this loop
+  std::unique_ptr<discovery::Discovery> discovery_;  // servers from DNS, on this loop
+  std::shared_ptr<const Config> file_config_;        // the running configuration as the file says
   bool handles_closed_ = false;
   int exit_status_ = 0;
 };
