@@ -163,6 +163,7 @@ bool Control::start() {
   if (!r.ok) {
     close_signal_fd();
     if (admin_http_) admin_http_->close([] {});
+    if (discovery_) discovery_->stop([] {});
     spdlog::critical("{}", r.message);
     for (auto& w : workers_) w->post(WorkerCommand::of(WorkerCommand::Kind::stop));
     for (auto& w : workers_) w->start();
