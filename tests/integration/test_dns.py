@@ -468,6 +468,7 @@ def test_srv_set_that_changes(dnsmasq, dns_sluice, backends):
     servers = {s["address"]: s for s in d.servers()}
     assert servers[f"{stays.host}:{stays.port}"]["weight"] == 7
     assert not servers[f"127.0.0.4:{c.port}"]["backup"]
+    assert gone.counts()[1] == 1  # the removed server's session is still open
     still_flows(session)
 
 
