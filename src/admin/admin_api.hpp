@@ -22,6 +22,7 @@
 #include "admin/http_server.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/cause.hpp"
+#include "sluice/dns_status.hpp"
 #include "sluice/time.hpp"
 
 namespace sluice::admin {
@@ -57,6 +58,7 @@ struct ProcessInfo {
   bool ready = true;
   std::string not_ready_reason;   // why not, when not ready
   std::int64_t ready_since_ms = 0;  // wall clock of the last change (or the start)
+  DnsStatus dns;  // servers from DNS: entries, counters
 };
 
 struct AdminHooks {

@@ -117,6 +117,28 @@ void histogram(Writer& w, const std::string& name, const Labels& labels, const H
   w.sample(name + "_count", labels, cumulative);  // equal to the +Inf bucket, as the format requires
 }
 
+// Each upstream's server count (DNS changes it) and the resolver's counters.
+void dns_metrics(Writer& w, const Snapshot& snap, const ProcessInfo& info) {
+  w.family("sluice_upstream_servers", "gauge", "Servers of the upstream now (from the file and from DNS).");
+  for (const auto& [uname, up] : snap.upstreams) w.sample("sluice_upstream_servers", {{"upstream", uname}}, up->size());
+  if (!info.dns.enabled) return;
+  w.family("sluice_dns_queries_total", "counter", "DNS queries sent for discovered servers.");
+  w.sample("sluice_dns_queries_total", {}, info.dns.queries);
+  w.family("sluice_dns_errors_total", "counter",
+           "DNS queries that failed, by kind (nxdomain, timeout, servfail, refused, network, other).");
+  for (std::string_view kind : {"nxdomain", "timeout", "servfail", "refused", "network", "other"}) {
+    const auto it = info.dns.errors.find(std::string(kind));
+    w.sample("sluice_dns_errors_total", {{"kind", kind}}, it != info.dns.errors.end() ? it->second : 0);
+  }
+  w.family("sluice_dns_changes_total", "counter", "DNS answers that changed an upstream's servers.");
+  w.sample("sluice_dns_changes_total", {}, info.dns.changes);
+  w.family("sluice_dns_entry_servers", "gauge", "Servers each discovery entry gives now (held ones included).");
+  for (const DnsEntryStatus& e : info.dns.entries) {
+    w.sample("sluice_dns_entry_servers", {{"upstream", e.upstream}, {"name", e.name}},
+             static_cast<std::uint64_t>(e.servers.size()));
+  }
+}
+
 }  // namespace
 
 std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoint now) {
@@ -279,6 +301,7 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
                cumulative);  // equal to the +Inf bucket, as the format requires
     }
   }
+  dns_metrics(w, snap, info);
   return w.take();
 }
 

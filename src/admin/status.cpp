@@ -45,6 +45,7 @@ nlohmann::json server_json(const Upstream& up, std::size_t i, TimePoint now) {
       {"effective_weight", up.effective_weight(i, now)},
       {"max_conns", up.member(i).config.max_conns},
       {"backup", up.member(i).config.backup},
+      {"from", up.member(i).config.from},
       {"state", st.state},
       {"reason", st.reason},
       {"since_ms", st.since_ms},
@@ -70,6 +71,29 @@ nlohmann::json upstream_json(const Upstream& up, TimePoint now) {
   nlohmann::json servers = nlohmann::json::array();
   for (std::size_t i = 0; i < up.size(); ++i) servers.push_back(server_json(up, i, now));
   return {{"name", up.name()}, {"balance", balance_name(up.config().balance)}, {"servers", std::move(servers)}};
+}
+
+// The "discovery" section: the resolver's counters and each entry whose
+// servers come from DNS.
+nlohmann::json dns_json(const DnsStatus& dns) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const DnsEntryStatus& e : dns.entries) {
+    entries.push_back({
+        {"upstream", e.upstream},
+        {"entry", e.entry},
+        {"type", e.type},
+        {"name", e.name},
+        {"addresses", e.servers},
+        {"held", e.held},
+        {"ttl_seconds", e.ttl_seconds},
+        {"next_refresh_ms", e.next_refresh_ms},
+        {"last_answer_ms", e.last_answer_ms},
+        {"last_error", e.last_error},
+        {"last_error_ms", e.last_error_ms},
+    });
+  }
+  return {{"enabled", dns.enabled}, {"nameservers", dns.nameservers}, {"queries", dns.queries},
+          {"errors", dns.errors},   {"changes", dns.changes},         {"entries", std::move(entries)}};
 }
 
 nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now,
@@ -134,6 +158,7 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
     upstreams.push_back(upstream_json(*up, now));
   }
   doc["upstreams"] = std::move(upstreams);
+  doc["discovery"] = dns_json(info.dns);
   return doc;
 }
 

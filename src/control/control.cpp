@@ -165,6 +165,7 @@ bool Control::start() {
     // on_down = "close_sessions": the server's live sessions end now.
     close_sessions(std::move(server), Cause::server_down);
   });
+  start_discovery(config);
   uv_async_init(loop_, &stopped_async_, on_stopped_async);
   stopped_async_.data = this;
   for (unsigned w = 0; w < nworkers_; ++w) workers_.push_back(std::make_unique<Worker>(w, &stopped_async_));
@@ -185,6 +186,7 @@ bool Control::start() {
   if (!r.ok) {
     close_signal_fd();
     if (admin_http_) admin_http_->close([] {});
+    if (discovery_) discovery_->stop([] {});
     spdlog::critical("{}", r.message);
     for (auto& w : workers_) w->post(WorkerCommand::of(WorkerCommand::Kind::stop));
     for (auto& w : workers_) w->start();
@@ -272,7 +274,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
 
   std::shared_ptr<const Snapshot> snap;
   try {
-    snap = Snapshot::build(config, registry_, generation_ + 1);
+    snap = Snapshot::build(with_discovered(config), registry_, generation_ + 1);
   } catch (const std::exception& e) {
     close_fresh();
     return {false, e.what()};
@@ -309,6 +311,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   snapshot_ = std::move(snap);
   if (before) drain_removed(*before, *snapshot_);
   if (health_ && !stopping_) health_->update(*snapshot_);
+  configure_discovery(config);
 
   loaded_at_ms_ = wall_ms();
   if (before) {
@@ -429,6 +432,58 @@ void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
     // While stopping, the timer must not keep the loop alive.
     uv_unref(as_handle(&d->timer));
   }
+}
+
+void Control::start_discovery(const Config& config) {
+  discovery_ = std::make_unique<discovery::Discovery>(loop_, [this] { apply_discovered(); });
+  try {
+    discovery_->configure(config);
+  } catch (const std::exception& e) {
+    spdlog::error("DNS discovery cannot start: {}; upstreams get no server from DNS", e.what());
+    return;
+  }
+  if (!discovery_->active()) return;
+  const Duration limit = discovery::Discovery::settle_limit(config.resolver);
+  spdlog::info("DNS: asking for the servers' names (waiting at most {})", format_duration(limit));
+  discovery_->wait_settled(limit);
+}
+
+std::shared_ptr<const Config> Control::with_discovered(const std::shared_ptr<const Config>& config) const {
+  return discovery_ ? discovery_->expand(config) : config;
+}
+
+void Control::configure_discovery(const std::shared_ptr<const Config>& config) {
+  file_config_ = config;
+  if (!discovery_ || stopping_) return;
+  try {
+    discovery_->configure(*config);
+  } catch (const std::exception& e) {
+    spdlog::error("DNS discovery keeps its previous [resolver]: {}", e.what());
+  }
+}
+
+void Control::apply_discovered() {
+  if (stopping_ || !snapshot_ || !file_config_) return;
+  std::shared_ptr<const Snapshot> snap;
+  try {
+    snap = Snapshot::build(with_discovered(file_config_), registry_, generation_);
+  } catch (const std::exception& e) {
+    spdlog::error("DNS: the servers' change could not be applied: {}", e.what());
+    return;
+  }
+  std::vector<std::pair<std::uint64_t, std::string>> names;
+  for (auto& s : sockets_) names.emplace_back(s->id, s->listener);
+  for (auto& w : workers_) {
+    WorkerCommand c;
+    c.kind = WorkerCommand::Kind::update;
+    c.snapshot = snap;
+    c.names = names;
+    w->post(std::move(c));
+  }
+  std::shared_ptr<const Snapshot> before = std::move(snapshot_);
+  snapshot_ = std::move(snap);
+  drain_removed(*before, *snapshot_);
+  if (health_) health_->update(*snapshot_);
 }
 
 void Control::on_signal_fd(uv_poll_t* h, int status, int) {
@@ -578,6 +633,7 @@ admin::ProcessInfo Control::process_info() const {
                        : healthcheck_failed_ ? "failed by POST /healthcheck/fail"
                                              : "";
   p.ready_since_ms = ready_since_ms_ != 0 ? ready_since_ms_ : started_at_ms_;
+  if (discovery_) p.dns = discovery_->status();
   return p;
 }
 
@@ -714,6 +770,7 @@ void Control::on_workers_stopped() {
   close_signal_fd();
   uv_close(as_handle(&tick_), nullptr);
   if (health_) health_->stop([] {});
+  if (discovery_) discovery_->stop([] {});
   if (admin_http_) admin_http_->close([] {});
   uv_close(as_handle(&stopped_async_), nullptr);
 }

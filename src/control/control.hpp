@@ -16,6 +16,7 @@
 
 #include "admin/admin_api.hpp"
 #include "admin/http_server.hpp"
+#include "discovery/discovery.hpp"
 #include "health/checker.hpp"
 #include "log/logging.hpp"
 #include "runtime/registry.hpp"
@@ -115,6 +116,18 @@ class Control {
   // false when the caller should begin the stop now (no delay, or a second
   // signal during it).
   bool delay_stop(int signum);
+  // DNS discovery: started with the first configuration, which waits (a
+  // bounded time) for the first answers so that the first Snapshot has
+  // their servers.
+  void start_discovery(const Config& config);
+  // The file's configuration with the servers DNS gives now.
+  std::shared_ptr<const Config> with_discovered(const std::shared_ptr<const Config>& config) const;
+  // After apply(): discovery follows the file's entries and [resolver].
+  void configure_discovery(const std::shared_ptr<const Config>& config);
+  // DNS changed an upstream's servers: a new Snapshot of the same file,
+  // posted like a reload's (servers that stay keep their state, removed
+  // ones drain), with no listener change.
+  void apply_discovered();
 
   static void on_signal_fd(uv_poll_t* h, int status, int events);
   void on_signal(int signum);
@@ -148,6 +161,8 @@ class Control {
   AdminConfig admin_config_;  // what the running admin API was started with
   std::string admin_token_;   // the token in force (empty: none)
   std::unique_ptr<HealthChecker> health_;  // active checks, on this loop
+  std::unique_ptr<discovery::Discovery> discovery_;  // servers from DNS, on this loop
+  std::shared_ptr<const Config> file_config_;        // the running configuration as the file says
   bool handles_closed_ = false;
   bool healthcheck_failed_ = false;  // POST /healthcheck/fail, until /healthcheck/ok
   bool delaying_stop_ = false;       // SIGTERM came; shutdown_delay runs before the stop
