@@ -44,6 +44,7 @@ std::string_view check_type_name(HealthType t) {
     case HealthType::send_expect: return "send_expect";
     case HealthType::postgres: return "postgres";
     case HealthType::redis: return "redis";
+    case HealthType::mysql: return "mysql";
   }
   return "tcp";
 }
