@@ -11,8 +11,9 @@ each sending R requests, some clients heavier than others) goes through
       `upstream` block, keep-alive connections to the backends).
 
 For each backend the tool prints requests, connections and busy time (the sum
-of its request service times) and the imbalance max/mean, plus the proxy's
-CPU per request (utime + stime from /proc/PID/stat, master and workers for
+of its request service times) and the imbalance max/mean, how many distinct
+backends each client connection reached, the wall time, and the proxy's CPU
+per request (utime + stime from /proc/PID/stat, master and workers for
 nginx). Then, when PostgreSQL is installed, the same question for a database
 pool: pgbench with 8 persistent connections against pgbench -C (a new
 connection per transaction) through sluice over two servers.
