@@ -144,6 +144,9 @@ struct UpstreamConfig {
   HashKey hash_key = HashKey::sni_or_client_ip;
   double hash_balance_factor = 0.0;  // 0 = off; otherwise > 1.0
   AllDown all_down = AllDown::fail_closed;
+  // Another upstream's name: new sessions go there while none of this one's
+  // servers is eligible (and on along that one's fallback). Empty = none.
+  std::string fallback;
   ProxyProtocol proxy_protocol = ProxyProtocol::none;
   Duration drain_timeout{0};         // removed servers' sessions end after this; 0 = let them finish
   std::optional<HealthConfig> health;
@@ -156,8 +159,9 @@ enum class OnMalformed { close, use_default };
 enum class Splice { off, pipe, automatic };  // "off" | "pipe" | "auto"
 
 struct Route {
-  std::string sni;        // lower-case, no trailing dot; "*.suffix" for wildcards
+  std::string sni;        // lower-case, no trailing dot; "*.suffix" for wildcards; empty = any
   std::string upstream;   // name of an [upstream.NAME]
+  std::string alpn = {};  // an ALPN protocol the client must offer (exact bytes); empty = any
 };
 
 struct ListenerConfig {

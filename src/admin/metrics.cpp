@@ -165,6 +165,13 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
   per_server(w, snap, "sluice_server_bytes_out_total", "counter", "Bytes delivered from the server to clients.",
              [](const Upstream& u, std::size_t i) { return load(u.server(i).bytes_out); });
 
+  w.family("sluice_upstream_fallback_total", "counter",
+           "Sessions an upstream sent on to its fallback because none of its servers was eligible.");
+  for (const auto& [from, link] : snap.fallbacks) {
+    w.sample("sluice_upstream_fallback_total", {{"upstream", from->name()}, {"fallback", link.to->name()}},
+             load(*link.used));
+  }
+
   w.family("sluice_server_connect_seconds", "histogram", "Time to connect to the server (successful connects).");
   for (const auto& [uname, up] : snap.upstreams) {
     for (std::size_t i = 0; i < up->size(); ++i) {

@@ -93,7 +93,12 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
     if (up == nullptr) continue;
     nlohmann::json servers = nlohmann::json::array();
     for (std::size_t i = 0; i < up->size(); ++i) servers.push_back(server_json(*up, i, now));
-    upstreams.push_back({{"name", uc.name}, {"balance", balance_name(uc.balance)}, {"servers", std::move(servers)}});
+    nlohmann::json entry = {{"name", uc.name}, {"balance", balance_name(uc.balance)}, {"servers", std::move(servers)}};
+    if (const FallbackLink* link = snapshot.fallback_of(up)) {
+      entry["fallback"] = link->to->name();
+      entry["fallback_sessions"] = link->used->load(std::memory_order_relaxed);
+    }
+    upstreams.push_back(std::move(entry));
   }
   doc["upstreams"] = std::move(upstreams);
   return doc;

@@ -23,7 +23,7 @@ PrereadResult TlsStage::feed(std::span<const std::uint8_t> data) {
         if (!alpn.empty()) alpn += ',';
         alpn += p;
       }
-      const std::string* name = info.has_sni ? listener_.router->match(sni) : nullptr;
+      const std::string* name = listener_.router->match(sni, info.alpn);
       r.upstream = name ? snapshot_.find_upstream(*name) : listener_.default_upstream;
       if (!r.upstream) {
         r.kind = PrereadResult::Kind::close;
