@@ -105,3 +105,21 @@ def test_fallback_comes_before_fail_open(admin_sluice, backends):  # noqa: F811
     assert harness.banner_of(s) == b"A"
     rec = s.wait_records(2)[-1]
     assert (rec["upstream"], rec["fallback"]) == ("reads", "0"), rec
+
+
+def test_check_names_a_looping_chain_at_its_key(tmp_path):
+    path = tmp_path / "loop.toml"
+    path.write_text(harness.render_config(
+        None, [listener(upstream="a")],
+        {"a": upstream("127.0.0.1:1", fallback="b"), "b": upstream("127.0.0.1:2", fallback="a")}))
+    res = harness.run_check(path)
+    assert res.returncode == 1, res
+    err = res.stderr.decode()
+    assert f"{path}:7:12: upstream \"a\": fallback chain loops (a -> b -> a)" in err, err
+
+    path.write_text(harness.render_config(
+        None, [listener(upstream="a")], {"a": upstream("127.0.0.1:1", fallback="primary")}))
+    res = harness.run_check(path)
+    assert res.returncode == 1, res
+    err = res.stderr.decode()
+    assert f"{path}:7:12: upstream \"a\": fallback \"primary\" is not defined; known upstreams: none" in err, err
