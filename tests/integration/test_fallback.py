@@ -123,3 +123,25 @@ def test_check_names_a_looping_chain_at_its_key(tmp_path):
     assert res.returncode == 1, res
     err = res.stderr.decode()
     assert f"{path}:7:12: upstream \"a\": fallback \"primary\" is not defined; known upstreams: none" in err, err
+
+
+def test_reload_adds_a_fallback_and_keeps_its_count(admin_sluice, backends):  # noqa: F811
+    p = backends(harness.banner_handler, name="P")
+    dead = f"127.0.0.1:{harness.dead_port()}"
+    listeners = [listener(upstream="reads", tries=3)]
+    s = admin_sluice(listeners, {"reads": upstream(dead), "primary": upstream(p)})
+    # Without a fallback the dead pool refuses the client.
+    c = s.connect()
+    assert harness.wait_closed(c) in ("eof", "reset")
+    c.close()
+    rec = s.wait_records(1)[-1]
+    assert (rec["upstream"], rec["fallback"], rec["cause"]) == ("reads", "0", "connect_failed"), rec
+
+    s.reload(s.render(listeners, {"reads": upstream(dead, fallback="primary"), "primary": upstream(p)}))
+    assert harness.banner_of(s) == b"P"
+    s.reload(s.render(listeners, {"reads": upstream(dead, fallback="primary", max_fails=2), "primary": upstream(p)}))
+    assert harness.banner_of(s) == b"P"
+    _, samples = metrics(s)
+    assert metric(samples, "sluice_upstream_fallback_total", upstream="reads", fallback="primary") == 2
+    recs = s.wait_records(3)
+    assert [(r["upstream"], r["fallback"]) for r in recs[1:]] == [("primary", "1")] * 2, recs
