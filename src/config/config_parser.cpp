@@ -782,8 +782,13 @@ class Parser {
   // traffic would land on one server.
   void check_hash_key(const ListenerConfig& l, const Config& config) {
     if (l.preread != Preread::none) return;
-    const auto& u = config.upstreams.at(l.upstream);
-    if (u.balance != Balance::hash || u.hash_key != HashKey::sni) return;
+    for (const auto& name : used_upstreams(l, config)) {  // its fallbacks too
+      const auto& u = config.upstreams.at(name);
+      if (u.balance == Balance::hash && u.hash_key == HashKey::sni) sni_hash_without_sni(l, u);
+    }
+  }
+
+  [[noreturn]] void sni_hash_without_sni(const ListenerConfig& l, const UpstreamConfig& u) {
     fail_at(path_, node_at(root_["upstream"][u.name]["hash_key"]).source(), "upstream " + quote(u.name),
             "hash_key = \"sni\" needs an SNI, but listener " + quote(l.name) +
                 " uses this upstream without preread = \"tls\" or \"postgres\": every key would be empty and all "

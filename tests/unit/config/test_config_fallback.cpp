@@ -90,3 +90,12 @@ TEST_CASE("routes on alpn") {
        "x.toml:5:37: listener \"t\" route 1: upstream \"nope\" is not defined; known upstreams: u"},
   });
 }
+
+TEST_CASE("SNI hashing is checked on the upstreams a listener falls back to") {
+  const std::string text = kHead + up("a", "h", "10.0.0.1:1") +
+                           "[upstream.h]\nbalance = \"hash\"\nhash_key = \"sni\"\nservers = [{ address = \"10.0.0.2:1\" }]\n";
+  CHECK(error_of(text) ==
+        "x.toml:10:12: upstream \"h\": hash_key = \"sni\" needs an SNI, but listener \"l\" uses this upstream "
+        "without preread = \"tls\" or \"postgres\": every key would be empty and all connections would go to one "
+        "server; use \"sni_or_client_ip\" or \"client_ip\"");
+}
