@@ -103,6 +103,9 @@ void Connector::attempt() {
 
 long Connector::pick_along_fallbacks(TimePoint now) {
   const Snapshot& snap = *session_.snapshot_;
+  // index_ belongs to this upstream until a new pick: with no pick, the
+  // session ends naming the server it last tried, so upstream_ returns here.
+  Upstream* const last = upstream_;
   // Healthy servers first, along the chain: an upstream with a fallback
   // passes on before its own fail_open, the last one may use it. The hash
   // key is made again for a retry rather than kept for the session's life:
@@ -131,6 +134,7 @@ long Connector::pick_along_fallbacks(TimePoint now) {
     }
     up = next->to;
   }
+  upstream_ = last;  // no attempt follows a failed pick: tried_ no longer matters
   return -1;
 }
 

@@ -145,3 +145,27 @@ def test_reload_adds_a_fallback_and_keeps_its_count(admin_sluice, backends):  # 
     assert metric(samples, "sluice_upstream_fallback_total", upstream="reads", fallback="primary") == 2
     recs = s.wait_records(3)
     assert [(r["upstream"], r["fallback"]) for r in recs[1:]] == [("primary", "1")] * 2, recs
+
+
+def test_a_chain_with_no_server_refuses_and_logs_the_last_server_tried(admin_sluice, backends):  # noqa: F811
+    """The read pool's servers all refuse and its fallback has none up: the
+    session ends with connect_failed, and its record names the last server
+    really tried, with that server's upstream."""
+    dead1, dead2, dead3 = (f"127.0.0.1:{harness.dead_port()}" for _ in range(3))
+    s = admin_sluice([listener(upstream="reads", tries=5)], {
+        "reads": upstream(dead1, dead2, fallback="primary", balance="round_robin"),
+        "primary": upstream(dead3, health=CHECK),
+    })
+    harness.wait_until(lambda: state_of(s, "primary", dead3) == "down", what="the primary marked down")
+    c = s.connect()
+    assert harness.wait_closed(c) in ("eof", "reset")
+    c.close()
+    rec = s.wait_records(1)[-1]
+    assert rec["cause"] == "connect_failed", rec
+    assert (rec["upstream"], rec["fallback"], rec["tries"]) == ("reads", "0", "2"), rec
+    assert rec["server"] in (dead1, dead2), rec
+    # sluice is still there and still refuses cleanly.
+    c = s.connect()
+    assert harness.wait_closed(c) in ("eof", "reset")
+    c.close()
+    assert s.wait_records(2)[-1]["cause"] in ("connect_failed", "no_server")
