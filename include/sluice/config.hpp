@@ -175,6 +175,9 @@ struct UpstreamConfig {
   HashKey hash_key = HashKey::sni_or_client_ip;
   double hash_balance_factor = 0.0;  // 0 = off; otherwise > 1.0
   AllDown all_down = AllDown::fail_closed;
+  // Another upstream's name: new sessions go there while none of this one's
+  // servers is eligible (and on along that one's fallback). Empty = none.
+  std::string fallback;
   ProxyProtocol proxy_protocol = ProxyProtocol::none;
   Duration drain_timeout{0};         // removed servers' sessions end after this; 0 = let them finish
   bool drain_timeout_set = false;    // written on the upstream (else [global]'s value, copied)
@@ -189,9 +192,17 @@ enum class OnMalformed { close, use_default };
 enum class Splice { off, pipe, automatic };  // "off" | "pipe" | "auto"
 
 struct Route {
-  std::string sni;        // lower-case, no trailing dot; "*.suffix" for wildcards
+  std::string sni;        // lower-case, no trailing dot; "*.suffix" for wildcards; empty = any
   std::string upstream;   // name of an [upstream.NAME]
+  std::string alpn = {};  // an ALPN protocol the client must offer (exact bytes); empty = any
 };
+
+// A route as metrics and counters name it: its sni, and its alpn when it has
+// one ("db.example.com alpn=postgresql", "alpn=h2"); unique within a listener.
+inline std::string route_name(const Route& r) {
+  if (r.alpn.empty()) return r.sni;
+  return (r.sni.empty() ? "" : r.sni + " ") + "alpn=" + r.alpn;
+}
 
 struct ListenerConfig {
   std::string name;

@@ -203,7 +203,7 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
   for (const ListenerView& l : snap.listeners) {
     if (!l.default_route_stats) continue;
     for (std::size_t r = 0; r < l.route_stats.size(); ++r) {
-      routes.push_back({&l.config->name, l.config->routes[r].sni, &l.config->routes[r].upstream,
+      routes.push_back({&l.config->name, route_name(l.config->routes[r]), &l.config->routes[r].upstream,
                         l.route_stats[r].get()});
     }
     routes.push_back({&l.config->name, kDefault, &l.config->default_upstream, l.default_route_stats.get()});
@@ -278,6 +278,13 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
       const ServerState& st = up->server(i);
       histogram(w, "sluice_server_check_seconds", {{"upstream", uname}, {"server", st.address.text}}, st.check_seconds);
     }
+  }
+
+  w.family("sluice_upstream_fallback_total", "counter",
+           "Sessions an upstream sent on to its fallback because none of its servers was eligible.");
+  for (const auto& [from, link] : snap.fallbacks) {
+    w.sample("sluice_upstream_fallback_total", {{"upstream", from->name()}, {"fallback", link.to->name()}},
+             load(*link.used));
   }
 
   w.family("sluice_server_connect_seconds", "histogram", "Time to connect to the server (successful connects).");

@@ -134,18 +134,21 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
     if (l.default_route_stats) {
       // The configured routes (never the names clients sent), then the default.
       nlohmann::json routes = nlohmann::json::array();
-      const auto route = [](std::string_view sni, std::string_view upstream, const RouteStats& rs) {
+      const auto route = [](std::string_view sni, std::string_view alpn, std::string_view upstream,
+                            const RouteStats& rs) {
         return nlohmann::json{{"sni", sni},
+                              {"alpn", alpn},
                               {"upstream", upstream},
                               {"sessions", relaxed(rs.sessions)},
                               {"bytes_in", relaxed(rs.bytes_in)},
                               {"bytes_out", relaxed(rs.bytes_out)}};
       };
       for (std::size_t r = 0; r < l.route_stats.size(); ++r) {
-        routes.push_back(route(l.config->routes[r].sni, l.config->routes[r].upstream, *l.route_stats[r]));
+        const Route& cr = l.config->routes[r];
+        routes.push_back(route(cr.sni, cr.alpn, cr.upstream, *l.route_stats[r]));
       }
       listener["routes"] = std::move(routes);
-      listener["default_route"] = route("", l.config->default_upstream, *l.default_route_stats);
+      listener["default_route"] = route("", "", l.config->default_upstream, *l.default_route_stats);
     }
     listeners.push_back(std::move(listener));
   }
@@ -155,7 +158,12 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
   for (const auto& [uname, uc] : snapshot.config->upstreams) {
     const Upstream* up = snapshot.find_upstream(uc.name);
     if (up == nullptr) continue;
-    upstreams.push_back(upstream_json(*up, now));
+    nlohmann::json entry = upstream_json(*up, now);
+    if (const FallbackLink* link = snapshot.fallback_of(up)) {
+      entry["fallback"] = link->to->name();
+      entry["fallback_sessions"] = link->used->load(std::memory_order_relaxed);
+    }
+    upstreams.push_back(std::move(entry));
   }
   doc["upstreams"] = std::move(upstreams);
   doc["discovery"] = dns_json(info.dns);

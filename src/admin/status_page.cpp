@@ -320,7 +320,14 @@ std::string listener_rows(const nlohmann::json& l) {
   };
   for (const auto& r : l["routes"]) {
     const std::string sni = text(r["sni"]);
-    h += route_row(r, "SNI " + sni, sni);
+    const std::string alpn = r.contains("alpn") ? text(r["alpn"]) : "";
+    if (alpn.empty()) {
+      h += route_row(r, "SNI " + sni, sni);
+    } else {
+      // The same key as the metrics' route label.
+      h += route_row(r, (sni.empty() ? "" : "SNI " + sni + " ") + "ALPN " + alpn,
+                     (sni.empty() ? "" : sni + " ") + "alpn=" + alpn);
+    }
   }
   const auto& d = l["default_route"];
   h += route_row(d, d["upstream"].get<std::string>().empty() ? "default (none: closed)" : "default", "");

@@ -132,7 +132,7 @@ const Home kListenerHome = {{"listen", "connect_timeout", "idle_timeout", "tries
                             "a listener key: set it in the [[listener]] that sends to this upstream "
                             "(each listener has its own)"};
 const Home kUpstreamHome = {{"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
-                             "servers", "health"},
+                             "fallback", "servers", "health"},
                             "an upstream key: set it under [upstream.NAME]"};
 const Home kServerHome = {{"address", "weight", "max_conns", "backup"},
                           "a server key: set it on each server, like servers = [{ address = \"10.0.0.1:5432\", "
@@ -205,6 +205,7 @@ class Parser {
       const auto* table = upstreams->as_table();
       if (table == nullptr) top.fail_type("upstream", *upstreams, "a table of upstreams ([upstream.NAME])");
       parse_upstreams(*table, config);
+      check_fallbacks(config);
     }
 
     const toml::node* listeners = top.get("listener");
@@ -352,7 +353,7 @@ class Parser {
   UpstreamConfig parse_upstream(const toml::table& table, const std::string& context, const GlobalConfig& global) {
     TableReader r(table, context, path_);
     r.reject_unknown_keys({"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
-                           "proxy_protocol", "drain_timeout", "servers", "health"});
+                           "fallback", "proxy_protocol", "drain_timeout", "servers", "health"});
     UpstreamConfig u;
     u.drain_timeout = global.drain_timeout;
     if (auto v = r.choice<Balance>("balance", {{"least_conn", Balance::least_conn},
@@ -383,6 +384,7 @@ class Parser {
       u.hash_balance_factor = f;
     }
     if (auto v = all_down_of(r)) u.all_down = *v;
+    if (auto v = r.string("fallback")) u.fallback = *v;
     if (auto v = r.choice<ProxyProtocol>(
             "proxy_protocol", {{"none", ProxyProtocol::none}, {"v1", ProxyProtocol::v1}, {"v2", ProxyProtocol::v2}})) {
       u.proxy_protocol = *v;
@@ -635,9 +637,15 @@ class Parser {
                 "must be a table like { sni = \"db.example.com\", upstream = \"NAME\" }, got " + describe(node));
       }
       TableReader r(*table, route_context, path_);
-      r.reject_unknown_keys({"sni", "upstream"});
+      r.reject_unknown_keys({"sni", "alpn", "upstream"});
       Route route;
-      r.require("sni");
+      route.alpn = parse_route_alpn(r);
+      if (!route.alpn.empty() && !r.has("sni")) {
+        check_route_unique(r, "alpn", route, l.routes);
+        finish_route(r, route, l, config);
+        continue;
+      }
+      if (!r.has("sni")) r.fail_table("a route needs sni, alpn or both (and upstream)");
       const std::string sni = *r.string("sni");
       route.sni = normalize_sni(sni);
       if (sni == "*") {
@@ -648,16 +656,39 @@ class Parser {
         r.fail(*r.get("sni"), "sni must be a host name like \"db.example.com\" or a wildcard like "
                               "\"*.example.com\", got " + quote(sni));
       }
-      for (std::size_t j = 0; j < l.routes.size(); ++j) {
-        if (l.routes[j].sni == route.sni) {
-          r.fail(*r.get("sni"), "sni " + quote(route.sni) + " is already used by route " + std::to_string(j + 1));
-        }
-      }
-      r.require("upstream");
-      route.upstream = *r.string("upstream");
-      check_upstream(r, "upstream", *r.get("upstream"), route.upstream, config);
-      l.routes.push_back(std::move(route));
+      check_route_unique(r, "sni", route, l.routes);
+      finish_route(r, route, l, config);
     }
+  }
+
+  // A route's alpn: one protocol name the client must offer (empty: none
+  // asked). RFC 7301 names are 1..255 bytes, compared exactly.
+  static std::string parse_route_alpn(const TableReader& r) {
+    auto v = r.string("alpn");
+    if (!v) return {};
+    if (v->empty() || v->size() > 255) {
+      r.fail(*r.get("alpn"), "alpn must be one ALPN protocol name of 1 to 255 bytes, like \"postgresql\", \"h2\" "
+                             "or \"http/1.1\", got " + quote(*v));
+    }
+    return *v;
+  }
+
+  // Two routes for the same host and protocol would leave one unreachable.
+  static void check_route_unique(const TableReader& r, std::string_view key, const Route& route,
+                                 const std::vector<Route>& routes) {
+    for (std::size_t j = 0; j < routes.size(); ++j) {
+      if (routes[j].sni != route.sni || routes[j].alpn != route.alpn) continue;
+      std::string what = route.sni.empty() ? "" : "sni " + quote(route.sni);
+      if (!route.alpn.empty()) what += (what.empty() ? "" : " with ") + std::string("alpn ") + quote(route.alpn);
+      r.fail(*r.get(key), what + " is already used by route " + std::to_string(j + 1));
+    }
+  }
+
+  void finish_route(const TableReader& r, Route& route, ListenerConfig& l, const Config& config) {
+    r.require("upstream");
+    route.upstream = *r.string("upstream");
+    check_upstream(r, "upstream", *r.get("upstream"), route.upstream, config);
+    l.routes.push_back(std::move(route));
   }
 
   // The node a key was read from; the checks below run after parsing, when
@@ -673,11 +704,55 @@ class Parser {
     }
   }
 
-  // Upstream names a listener can send to, each once, in the order written.
-  static std::vector<std::string> used_upstreams(const ListenerConfig& l) {
+  // Every `fallback` names another upstream, and no chain of them comes
+  // back to where it started. Checked in file order, so the error names the
+  // first fallback written that is wrong.
+  void check_fallbacks(const Config& config) {
+    std::vector<const UpstreamConfig*> order;
+    for (const auto& [name, u] : config.upstreams) {
+      if (!u.fallback.empty()) order.push_back(&u);
+    }
+    auto key_at = [this](const UpstreamConfig* u) { return node_at(root_["upstream"][u->name]["fallback"]).source(); };
+    std::sort(order.begin(), order.end(), [&key_at](const UpstreamConfig* a, const UpstreamConfig* b) {
+      const auto x = key_at(a).begin;
+      const auto y = key_at(b).begin;
+      return x.line < y.line || (x.line == y.line && x.column < y.column);
+    });
+    for (const UpstreamConfig* u : order) {
+      const std::string context = "upstream " + quote(u->name);
+      if (config.upstreams.count(u->fallback) == 0) {
+        std::string known;
+        for (const auto& [name, other] : config.upstreams) {
+          if (name == u->name) continue;
+          known += (known.empty() ? "" : ", ") + name;
+        }
+        fail_at(path_, key_at(u), context,
+                "fallback " + quote(u->fallback) + " is not defined; known upstreams: " + (known.empty() ? "none" : known));
+      }
+      std::string chain = u->name;
+      std::vector<std::string> seen{u->name};
+      for (const UpstreamConfig* at = u; !at->fallback.empty(); at = &config.upstreams.at(at->fallback)) {
+        chain += " -> " + at->fallback;
+        if (std::find(seen.begin(), seen.end(), at->fallback) != seen.end()) {
+          fail_at(path_, key_at(u), context,
+                  "fallback chain loops (" + chain + "): when every upstream in it is down, sessions would go "
+                  "round it; end the chain at an upstream without fallback");
+        }
+        seen.push_back(at->fallback);
+        if (config.upstreams.count(at->fallback) == 0) break;  // reported at its own key
+      }
+    }
+  }
+
+  // Upstream names a listener can send to, each once, in the order written
+  // (with the fallbacks they lead to).
+  std::vector<std::string> used_upstreams(const ListenerConfig& l, const Config& config) {
     std::vector<std::string> names;
-    auto add = [&names](const std::string& name) {
-      if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    auto add = [&names, &config](const std::string& first) {
+      for (std::string name = first; !name.empty(); name = config.upstreams.at(name).fallback) {
+        if (std::find(names.begin(), names.end(), name) != names.end()) return;
+        names.push_back(name);
+      }
     };
     add(l.upstream);
     for (const auto& route : l.routes) add(route.upstream);
@@ -709,7 +784,7 @@ class Parser {
 
   void check_no_loop(const ListenerConfig& l, const Config& config) {
     if (l.listen.port == 0) return;
-    for (const auto& name : used_upstreams(l)) {
+    for (const auto& name : used_upstreams(l, config)) {
       const auto& servers = config.upstreams.at(name).servers;
       for (std::size_t i = 0; i < servers.size(); ++i) {
         if (!loops_back(l.listen, servers[i].address)) continue;
@@ -726,8 +801,13 @@ class Parser {
   // traffic would land on one server.
   void check_hash_key(const ListenerConfig& l, const Config& config) {
     if (l.preread != Preread::none) return;
-    const auto& u = config.upstreams.at(l.upstream);
-    if (u.balance != Balance::hash || u.hash_key != HashKey::sni) return;
+    for (const auto& name : used_upstreams(l, config)) {  // its fallbacks too
+      const auto& u = config.upstreams.at(name);
+      if (u.balance == Balance::hash && u.hash_key == HashKey::sni) sni_hash_without_sni(l, u);
+    }
+  }
+
+  [[noreturn]] void sni_hash_without_sni(const ListenerConfig& l, const UpstreamConfig& u) {
     fail_at(path_, node_at(root_["upstream"][u.name]["hash_key"]).source(), "upstream " + quote(u.name),
             "hash_key = \"sni\" needs an SNI, but listener " + quote(l.name) +
                 " uses this upstream without preread = \"tls\" or \"postgres\": every key would be empty and all "

@@ -44,18 +44,21 @@ std::string AccessLog::format_text(const AccessRecord& r) {
   std::string out;
   out.reserve(192);
   append_field(out, "listener", r.listener);
+  append_field(out, " upstream", r.upstream);
   append_field(out, " client", r.client);
   append_field(out, " server", r.server);
   append_field(out, " sni", r.sni);
   append_field(out, " alpn", r.alpn);
-  out += fmt::format(" tries={} bytes_in={} bytes_out={} connect_ms={} duration_ms={} cause={}", r.tries,
-                     r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, cause_text(r));
+  out += fmt::format(" tries={} fallback={} bytes_in={} bytes_out={} connect_ms={} duration_ms={} cause={}", r.tries,
+                     r.fallback ? 1 : 0, r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, cause_text(r));
   return out;
 }
 
 std::string AccessLog::format_json(const AccessRecord& r) {
   std::string out = "\"listener\":";
   append_json_string(out, r.listener);
+  out += ",\"upstream\":";
+  append_json_string(out, r.upstream);
   out += ",\"client\":";
   append_json_string(out, r.client);
   out += ",\"server\":";
@@ -65,8 +68,9 @@ std::string AccessLog::format_json(const AccessRecord& r) {
   out += ",\"alpn\":";
   append_json_string(out, r.alpn);
   out += fmt::format(
-      ",\"tries\":{},\"bytes_in\":{},\"bytes_out\":{},\"connect_ms\":{},\"duration_ms\":{},\"cause\":\"{}\"",
-      r.tries, r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, cause_text(r));
+      ",\"tries\":{},\"fallback\":{},\"bytes_in\":{},\"bytes_out\":{},\"connect_ms\":{},\"duration_ms\":{},"
+      "\"cause\":\"{}\"",
+      r.tries, r.fallback, r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, cause_text(r));
   return out;
 }
 

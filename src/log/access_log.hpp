@@ -18,11 +18,13 @@ namespace sluice {
 
 struct AccessRecord {
   std::string_view listener;
+  std::string_view upstream; // the upstream used (a fallback's name when one was used); empty if none
   std::string_view client;   // "ip:port"
   std::string_view server;   // "ip:port", empty if none was chosen
   std::string_view sni;      // empty if none
   std::string_view alpn;     // comma-separated, empty if none
   unsigned tries = 0;        // connect attempts
+  bool fallback = false;     // the routed upstream had no server: `upstream` is its fallback
   std::uint64_t bytes_in = 0;   // received from the client
   std::uint64_t bytes_out = 0;  // sent to the client
   std::int64_t connect_ms = -1; // time to the successful connect, -1 if none

@@ -30,6 +30,7 @@ ServerState* Connector::server() const {
 
 void Connector::start(Upstream* upstream) {
   upstream_ = upstream;
+  origin_ = upstream;
   first_attempt_ms_ = uv_now(session_.loop());
   attempt();
 }
@@ -59,9 +60,7 @@ void Connector::attempt() {
     session_.finish(Cause::connect_failed);
     return;
   }
-  // The hash key is made again for a retry rather than kept for the
-  // session's life: a retry is rare, and 32 bytes per session are not.
-  const long idx = upstream_->pick(tried_, session_.hash_key(*upstream_), Clock::now());
+  const long idx = pick_along_fallbacks(Clock::now());
   if (idx < 0) {
     session_.finish(attempts_ == 0 ? Cause::no_server : Cause::connect_failed);
     return;
@@ -100,6 +99,43 @@ void Connector::attempt() {
   leg.registered = true;
   deadline_ms_ = now + ms(lc.connect_timeout);
   session_.arm_timer();
+}
+
+long Connector::pick_along_fallbacks(TimePoint now) {
+  const Snapshot& snap = *session_.snapshot_;
+  // index_ belongs to this upstream until a new pick: with no pick, the
+  // session ends naming the server it last tried, so upstream_ returns here.
+  Upstream* const last = upstream_;
+  // Healthy servers first, along the chain: an upstream with a fallback
+  // passes on before its own fail_open, the last one may use it. The hash
+  // key is made again for a retry rather than kept for the session's life:
+  // a retry is rare, and 32 bytes per session are not.
+  for (;;) {
+    const FallbackLink* next = snap.fallback_of(upstream_);
+    const long idx = upstream_->pick(tried_, session_.hash_key(*upstream_), now, next == nullptr);
+    if (idx >= 0) return idx;
+    if (next == nullptr) break;
+    next->used->fetch_add(1, std::memory_order_relaxed);
+    upstream_ = next->to;
+    tried_.clear();  // indexes of the upstream left behind
+  }
+  // The whole chain is down: fail_open, where set, in chain order (the last
+  // upstream's was tried above). Servers tried in earlier upstreams are not
+  // remembered: `tries` still bounds the attempts.
+  for (Upstream* up = origin_; up != upstream_;) {
+    const FallbackLink* next = snap.fallback_of(up);
+    if (up->config().all_down == AllDown::fail_open) {
+      const long idx = up->pick(TriedSet{}, session_.hash_key(*up), now, true);
+      if (idx >= 0) {
+        upstream_ = up;
+        tried_.clear();
+        return idx;
+      }
+    }
+    up = next->to;
+  }
+  upstream_ = last;  // no attempt follows a failed pick: tried_ no longer matters
+  return -1;
 }
 
 void Connector::on_io(std::uint32_t events) {

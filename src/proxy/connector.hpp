@@ -1,7 +1,10 @@
 // CONNECTING: pick a server, connect with connect_timeout, and on failure
 // report it to the server's state and try the next server (never one already
 // tried), up to `tries` attempts within next_upstream_timeout. Nothing has
-// been sent to the client yet, so retrying is always safe.
+// been sent to the client yet, so retrying is always safe. When an upstream
+// has no eligible server left to try, the attempt goes on to its `fallback`
+// (and that one's, to the end of the chain); only when none of the chain has
+// one does fail_open apply, in chain order.
 //
 // Errors are classified by origin: a refused or timed-out connect is the
 // server's (it counts against its passive health); running out of our own
@@ -45,7 +48,10 @@ class Connector final : public Deferred {
   // The session no longer counts on this server (it ended, or moved on).
   void release();
 
+  // The upstream in use: the one routed to, or a fallback it led to.
   Upstream* upstream() const { return upstream_; }
+  // Whether the session was sent on to a fallback upstream.
+  bool used_fallback() const { return upstream_ != origin_; }
   // The server chosen last (connected, or the last one tried); null if none.
   ServerState* server() const;
   // The server the session counts on now (connecting or connected); null
@@ -56,11 +62,14 @@ class Connector final : public Deferred {
 
  private:
   void attempt();
+  // Picks a server for the next attempt, following fallbacks; -1 if none.
+  long pick_along_fallbacks(TimePoint now);
   void connected();
   void failed(ConnectResult result, int err);
 
   Session& session_;
   Upstream* upstream_ = nullptr;
+  Upstream* origin_ = nullptr;  // the upstream routed to
   long index_ = -1;
   bool holding_ = false;  // counted in the server's `active`
   unsigned attempts_ = 0;

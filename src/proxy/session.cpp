@@ -809,6 +809,8 @@ void Session::write_access_record(bool interim) {
   r.listener = lv_.config->name;
   r.client = client;
   if (const ServerState* st = connector_.server()) r.server = st->address.text;
+  if (const Upstream* up = connector_.upstream()) r.upstream = up->name();
+  r.fallback = connector_.used_fallback();
   r.sni = sni();
   r.alpn = alpn();
   r.tries = connector_.attempts();

@@ -23,7 +23,7 @@ PrereadResult TlsStage::feed(std::span<const std::uint8_t> data) {
         if (!alpn.empty()) alpn += ',';
         alpn += p;
       }
-      r.route = info.has_sni ? listener_.router->match_index(sni) : -1;
+      r.route = listener_.router->match_index(sni, info.alpn);
       r.upstream = r.route >= 0 ? snapshot_.find_upstream(lc.routes[static_cast<std::size_t>(r.route)].upstream)
                                 : listener_.default_upstream;
       if (!r.upstream) {

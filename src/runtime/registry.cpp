@@ -96,6 +96,14 @@ std::shared_ptr<ListenerStats> Registry::listener(const std::string& name) {
   return slot;
 }
 
+std::shared_ptr<std::atomic<std::uint64_t>> Registry::fallback_counter(const std::string& from,
+                                                                      const std::string& to) {
+  std::lock_guard lock(mu_);
+  auto& slot = fallbacks_[{from, to}];
+  if (!slot) slot = std::make_shared<std::atomic<std::uint64_t>>(0);
+  return slot;
+}
+
 std::shared_ptr<AccessLog> Registry::access_log(const GlobalConfig& global) {
   std::lock_guard lock(mu_);
   const std::string key = global.access_log + '\n' + global.access_log_format;

@@ -105,6 +105,9 @@ class Registry {
   std::vector<std::shared_ptr<ServerState>> servers() const;
 
   std::shared_ptr<ListenerStats> listener(const std::string& name);
+  // Sessions that upstream `from` sent on to its fallback `to` (kept across
+  // reloads while the pair stays).
+  std::shared_ptr<std::atomic<std::uint64_t>> fallback_counter(const std::string& from, const std::string& to);
 
   ProcessCounters& counters() { return counters_; }
   const ProcessCounters& counters() const { return counters_; }
@@ -124,6 +127,7 @@ class Registry {
   // tell the operator when a name now resolves elsewhere.
   std::map<std::pair<std::string, std::string>, std::weak_ptr<ServerState>> by_text_;
   std::map<std::string, std::shared_ptr<ListenerStats>> listeners_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<std::atomic<std::uint64_t>>> fallbacks_;
   ProcessCounters counters_;
   std::shared_ptr<AccessLog> access_log_;
   std::string access_log_key_;

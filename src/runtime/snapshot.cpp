@@ -29,6 +29,7 @@ std::shared_ptr<const Snapshot> Snapshot::build(std::shared_ptr<const Config> cf
     const std::uint64_t seed = (std::uint64_t{rd()} << 32) ^ rd();
     snap->upstreams.emplace(name, std::make_unique<Upstream>(up, std::move(states), seed));
   }
+  link_fallbacks(*snap);
   for (const ListenerConfig& l : config.listeners) {
     ListenerView v;
     v.config = &l;
@@ -37,13 +38,30 @@ std::shared_ptr<const Snapshot> Snapshot::build(std::shared_ptr<const Config> cf
     if (l.preread != Preread::none) v.router = std::make_unique<preread::SniRouter>(l.routes);
     v.stats = registry.listener(l.name);
     if (l.preread != Preread::none) {
-      for (const Route& r : l.routes) v.route_stats.push_back(v.stats->route(r.sni));
+      for (const Route& r : l.routes) v.route_stats.push_back(v.stats->route(route_name(r)));
       v.default_route_stats = v.stats->route("");
     }
     snap->listeners.push_back(std::move(v));
   }
   registry.forget_servers_except(kept);
   return snap;
+}
+
+// The config loader has checked every name and that no chain loops.
+void Snapshot::link_fallbacks(Snapshot& snap) {
+  for (const auto& [name, up] : snap.upstreams) {
+    const std::string& to = up->config().fallback;
+    if (to.empty()) continue;
+    Upstream* target = snap.find_upstream(to);
+    if (target == nullptr) continue;
+    snap.fallbacks.emplace(up.get(), FallbackLink{target, snap.registry->fallback_counter(name, to)});
+  }
+}
+
+const FallbackLink* Snapshot::fallback_of(const Upstream* from) const {
+  if (fallbacks.empty()) return nullptr;
+  auto it = fallbacks.find(from);
+  return it == fallbacks.end() ? nullptr : &it->second;
 }
 
 Upstream* Snapshot::find_upstream(const std::string& name) const {

@@ -7,6 +7,7 @@
 // health carry over by identity (upstream name + resolved socket address).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -34,6 +35,12 @@ struct ListenerView {
   std::shared_ptr<RouteStats> default_route_stats;
 };
 
+// An upstream's `fallback`, resolved.
+struct FallbackLink {
+  Upstream* to = nullptr;
+  std::shared_ptr<std::atomic<std::uint64_t>> used;  // sessions sent on to `to`
+};
+
 class Snapshot {
  public:
   // Builds the runtime view of `config`, sharing server state with `registry`.
@@ -47,12 +54,19 @@ class Snapshot {
   std::shared_ptr<AccessLog> access_log;
   std::map<std::string, std::unique_ptr<Upstream>> upstreams;
   std::vector<ListenerView> listeners;  // in config order
+  std::map<const Upstream*, FallbackLink> fallbacks;  // upstreams with a fallback
+
+  // Where `from` sends sessions when none of its servers is eligible; null if nowhere.
+  const FallbackLink* fallback_of(const Upstream* from) const;
 
   Upstream* find_upstream(const std::string& name) const;
   // Index into `listeners`, or -1.
   long find_listener(const std::string& name) const;
 
   ~Snapshot();
+
+ private:
+  static void link_fallbacks(Snapshot& snap);
 };
 
 }  // namespace sluice

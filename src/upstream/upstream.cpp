@@ -190,7 +190,7 @@ std::size_t Upstream::scan(bool ignore_health, const TriedSet& tried, std::strin
   return kNoCandidate;
 }
 
-long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now) {
+long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now, bool panic) {
   std::lock_guard lock(mu_);
   catch_up(now);
   std::size_t chosen = kNoCandidate;
@@ -203,7 +203,7 @@ long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now) 
   }
   // Panic mode (Envoy's term): only when no server at all passes its health
   // checks; servers that are merely full or already tried do not count.
-  if (chosen == kNoCandidate && config_.all_down == AllDown::fail_open && up_count_ == 0) {
+  if (chosen == kNoCandidate && panic && config_.all_down == AllDown::fail_open && up_count_ == 0) {
     chosen = scan(true, tried, key);
   }
   if (chosen == kNoCandidate) return -1;

@@ -57,8 +57,9 @@ class Upstream final : public ServerWatcher {
   // `total_sessions` are incremented (under the lock, so least_conn is exact
   // across workers) and its index is returned; otherwise -1. `key` is the hash
   // key (ignored by other algorithms). `now` never goes back between calls
-  // (Clock is steady). Thread-safe.
-  long pick(const TriedSet& tried, std::string_view key, TimePoint now);
+  // (Clock is steady). `panic` false: no fail_open now (a fallback upstream
+  // is asked first). Thread-safe.
+  long pick(const TriedSet& tried, std::string_view key, TimePoint now, bool panic = true);
 
   // Undo of pick's accounting when the session leaves that server (under the
   // pick lock, so the next pick sees it). Thread-safe.

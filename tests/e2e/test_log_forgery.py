@@ -83,12 +83,12 @@ def test_hostile_hellos_give_exactly_one_record_each(sluice, backends, fmt):
         if fmt == "json":
             rec = json.loads(text)
             assert rec["sni"] == "a.example" and rec["cause"] in ("client_closed", "server_closed")
-            assert set(rec) == {"time", "listener", "client", "server", "sni", "alpn", "tries",
-                                "bytes_in", "bytes_out", "connect_ms", "duration_ms", "cause"}
+            assert set(rec) == {"time", "listener", "upstream", "client", "server", "sni", "alpn", "tries",
+                                "fallback", "bytes_in", "bytes_out", "connect_ms", "duration_ms", "cause"}
         else:
             fields = re.findall(r" (\w+)=", " " + text.split(" ", 1)[1])
-            assert fields == ["listener", "client", "server", "sni", "alpn", "tries", "bytes_in",
-                              "bytes_out", "connect_ms", "duration_ms", "cause"], text
+            assert fields == ["listener", "upstream", "client", "server", "sni", "alpn", "tries", "fallback",
+                              "bytes_in", "bytes_out", "connect_ms", "duration_ms", "cause"], text
             rec = harness.parse_access_line(text)
             assert rec["sni"] == "a.example" and rec["cause"] in ("client_closed", "server_closed")
     # The escaping is reversible: each ALPN value can be read back exactly.

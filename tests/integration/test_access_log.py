@@ -25,9 +25,10 @@ def test_json_access_log_has_one_object_per_session(sluice, backends):
     recs = harness.wait_until(records, timeout=10, what="2 JSON access records")
     assert len(recs) == 2
     for rec, payload in zip(recs, (b"one", b"second")):
-        assert set(rec) == {"time", "listener", "client", "server", "sni", "alpn", "tries",
-                            "bytes_in", "bytes_out", "connect_ms", "duration_ms", "cause"}
+        assert set(rec) == {"time", "listener", "upstream", "client", "server", "sni", "alpn", "tries",
+                            "fallback", "bytes_in", "bytes_out", "connect_ms", "duration_ms", "cause"}
         assert rec["listener"] == "front"
+        assert rec["upstream"] == "up" and rec["fallback"] is False
         assert rec["client"].startswith("127.0.0.1:")
         assert rec["server"] == echo.address
         assert rec["sni"] == "" and rec["alpn"] == ""

@@ -137,3 +137,33 @@ TEST_CASE("per SNI route: the configured routes and the default, never the clien
   auto again = Snapshot::build(std::make_shared<const Config>(parse_config(text, "t.toml")), registry, 2);
   CHECK(again->listeners[0].route_stats[1]->sessions == 3);
 }
+
+TEST_CASE("ALPN routes are series of their own, apart from their host's route and the default") {
+  Registry registry;
+  const std::string text =
+      "[global]\naccess_log = \"off\"\n"
+      "[[listener]]\nname = \"tls\"\nlisten = \"127.0.0.1:0\"\npreread = \"tls\"\n"
+      "routes = [{ sni = \"db.example.com\", alpn = \"postgresql\", upstream = \"pg\" },"
+      " { sni = \"db.example.com\", upstream = \"web\" }, { alpn = \"h2\", upstream = \"web\" }]\n"
+      "default_upstream = \"web\"\n"
+      "[upstream.pg]\nservers = [{ address = \"127.0.0.1:5001\" }]\n"
+      "[upstream.web]\nservers = [{ address = \"127.0.0.1:5002\" }]\n";
+  auto snap = Snapshot::build(std::make_shared<const Config>(parse_config(text, "t.toml")), registry, 1);
+  const ListenerView& l = snap->listeners[0];
+  REQUIRE(l.route_stats.size() == 3);
+  CHECK(l.route_stats[0] != l.route_stats[1]);
+  CHECK(l.route_stats[2] != l.default_route_stats);
+  CHECK(l.router->match_index("db.example.com", {"h2", "postgresql"}) == 0);
+  CHECK(l.router->match_index("db.example.com", {"h2"}) == 1);
+  CHECK(l.router->match_index("www.example.com", {"h2"}) == 2);
+  CHECK(l.router->match_index("www.example.com", {}) == -1);
+  l.route_stats[0]->sessions = 5;
+  l.route_stats[2]->sessions = 7;
+  ProcessInfo info;
+  const std::string m = metrics_text(*snap, info, Clock::now());
+  CHECK(value_of(m, R"(sluice_route_sessions_total{listener="tls",route="db.example.com alpn=postgresql",upstream="pg"})") ==
+        5);
+  CHECK(value_of(m, R"(sluice_route_sessions_total{listener="tls",route="db.example.com",upstream="web"})") == 0);
+  CHECK(value_of(m, R"(sluice_route_sessions_total{listener="tls",route="alpn=h2",upstream="web"})") == 7);
+  CHECK(value_of(m, R"x(sluice_route_sessions_total{listener="tls",route="(default)",upstream="web"})x") == 0);
+}

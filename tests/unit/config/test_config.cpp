@@ -29,7 +29,7 @@ const std::string kListenerKeys =
     "trusted_proxies, allow, deny, max_connections, client_max_connections, client_rate_limit, splice, "
     "half_close";
 const std::string kUpstreamKeys =
-    "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, all_down, proxy_protocol, "
+    "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, all_down, fallback, proxy_protocol, "
     "drain_timeout, servers, health";
 const std::string kLike = "must be a duration like \"250ms\", \"3s\", \"5m\", \"1h\", got ";
 
@@ -215,11 +215,11 @@ TEST_CASE("[[listener]]: routes") {
        "x.toml:5:11: listener \"t\" route 1: must be a table like "
        "{ sni = \"db.example.com\", upstream = \"NAME\" }, got string \"a.test\""},
       {kT + "routes = [{ upstream = \"u\" }]\n" + kUpstreamU,
-       "x.toml:5:11: listener \"t\" route 1: missing required key \"sni\""},
+       "x.toml:5:11: listener \"t\" route 1: a route needs sni, alpn or both (and upstream)"},
       {kT + "routes = [\n  { sni = \"a.test\", upstream = \"u\" },\n  { sni = \"b.test\" },\n]\n" + kUpstreamU,
        "x.toml:7:3: listener \"t\" route 2: missing required key \"upstream\""},
       {kT + "routes = [{ sni = \"a.test\", upstream = \"u\", weight = 1 }]\n" + kUpstreamU,
-       "x.toml:5:45: listener \"t\" route 1: unknown key \"weight\"; allowed: sni, upstream"},
+       "x.toml:5:45: listener \"t\" route 1: unknown key \"weight\"; allowed: sni, alpn, upstream"},
       {kT + "routes = [{ sni = \"a..test\", upstream = \"u\" }]\n" + kUpstreamU,
        "x.toml:5:19: listener \"t\" route 1: " + bad_sni + "\"a..test\""},
       {kT + "routes = [{ sni = \"a.*.test\", upstream = \"u\" }]\n" + kUpstreamU,

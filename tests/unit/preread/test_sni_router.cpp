@@ -136,3 +136,64 @@ TEST_CASE("the returned name outlives the query") {
 }
 
 }  // TEST_SUITE
+
+// ---- ALPN ------------------------------------------------------------------
+
+namespace {
+
+std::string route(const SniRouter& router, std::string_view sni, const std::vector<std::string>& alpn) {
+  const std::string* up = router.match(sni, alpn);
+  return up == nullptr ? "-" : *up;
+}
+
+const std::vector<Route> kAlpnRoutes = {
+    {"db.example.com", "pg_tls", "postgresql"},
+    {"db.example.com", "db_any"},
+    {"*.example.com", "h2_pool", "h2"},
+    {"*.example.com", "web"},
+    {"", "pg_any", "postgresql"},
+    {"", "h1_pool", "http/1.1"},
+};
+
+}  // namespace
+
+TEST_SUITE("sni_router alpn") {
+
+TEST_CASE("sni and alpn together beat sni alone") {
+  const SniRouter r(kAlpnRoutes);
+  CHECK(route(r, "db.example.com", {"postgresql"}) == "pg_tls");
+  CHECK(route(r, "db.example.com", {}) == "db_any");
+  CHECK(route(r, "db.example.com", {"h2"}) == "db_any");  // the exact host beats the wildcard's alpn route
+  CHECK(route(r, "www.example.com", {"h2", "http/1.1"}) == "h2_pool");
+  CHECK(route(r, "www.example.com", {"http/1.1"}) == "web");  // the host beats an alpn-only route
+}
+
+TEST_CASE("alpn alone matches any or no host name") {
+  const SniRouter r(kAlpnRoutes);
+  CHECK(route(r, "", {"postgresql"}) == "pg_any");
+  CHECK(route(r, "other.test", {"postgresql"}) == "pg_any");
+  CHECK(route(r, "other.test", {"http/1.1"}) == "h1_pool");
+  CHECK(route(r, "other.test", {"h3"}) == "-");
+  CHECK(route(r, "", {}) == "-");
+}
+
+TEST_CASE("the client's first offered protocol that has a route wins") {
+  const SniRouter r(kAlpnRoutes);
+  CHECK(route(r, "", {"http/1.1", "postgresql"}) == "h1_pool");
+  CHECK(route(r, "", {"spdy/3", "postgresql", "http/1.1"}) == "pg_any");
+}
+
+TEST_CASE("alpn is compared byte for byte") {
+  const SniRouter r(kAlpnRoutes);
+  CHECK(route(r, "", {"PostgreSQL"}) == "-");
+  CHECK(route(r, "", {"postgresql "}) == "-");
+}
+
+TEST_CASE("a host with only alpn routes falls through to wildcards, then alpn-only routes") {
+  const SniRouter r({{"a.example.com", "a_h2", "h2"}, {"*.example.com", "wild"}, {"", "any_h2", "h2"}});
+  CHECK(route(r, "a.example.com", {"h2"}) == "a_h2");
+  CHECK(route(r, "a.example.com", {"http/1.1"}) == "wild");
+  CHECK(route(r, "a.other.com", {"h2"}) == "any_h2");
+}
+
+}
