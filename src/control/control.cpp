@@ -264,6 +264,9 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   std::vector<std::pair<std::uint64_t, std::string>> names;
   for (auto& s : sockets_) names.emplace_back(s->id, s->listener);
   for (auto& s : fresh) names.emplace_back(s->id, s->listener);
+  // Checks first: a server this configuration adds is down (initial) before
+  // any worker can pick it.
+  if (health_ && !stopping_) health_->update(*snap);
   for (unsigned w = 0; w < workers_.size(); ++w) {
     WorkerCommand c;
     c.kind = WorkerCommand::Kind::update;
@@ -280,7 +283,6 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
   if (before) drain_removed(*before, *snapshot_);
-  if (health_ && !stopping_) health_->update(*snapshot_);
 
   loaded_at_ms_ = wall_ms();
   if (admin_api_) {

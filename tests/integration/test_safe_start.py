@@ -128,3 +128,20 @@ def test_a_lone_server_is_not_kept_out_by_passive_failures(sluice, backends):
     reply = harness.exchange("127.0.0.1", s.addr()[1], b"back\n", timeout=harness.EVENT_TIMEOUT)
     assert reply == b"back\n"
     s.log.wait_for(r"is up again: trial connection succeeded")
+
+
+def test_a_server_added_by_a_reload_takes_no_session_before_its_check(sluice, redis_pair, tmp_path):
+    master, replica = redis_pair
+    health = {"type": "redis", "role": "master", "interval": "30s", "timeout": "2s"}
+    listeners = [listener("redis", "redis")]
+    s = sluice(listeners, {"redis": upstream(master.address, balance="round_robin", health=health)})
+    port = s.port("redis")
+    assert role_through(port) == b"master"
+    g = {"workers": 1, "log_level": "info", "access_log": str(s.access_log), "shutdown_timeout": "2s"}
+    s.reload(harness.render_config(g, listeners, {"redis": upstream(master.address, replica.address,
+                                                                     balance="round_robin", health=health)}))
+    # The replica was added down and is checked at once; round_robin would
+    # send every other session there were it up.
+    assert [role_through(port) for _ in range(8)] == [b"master"] * 8
+    s.log.wait_for(rf"server {replica.address} stays down \(active check\): role is replica, want master")
+    assert [role_through(port) for _ in range(4)] == [b"master"] * 4
