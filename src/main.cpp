@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "control/control.hpp"
+#include "discovery/discovery.hpp"
 #include "log/logging.hpp"
 #include "sluice/config.hpp"
 #include "sluice_version.hpp"
@@ -65,6 +66,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (test_only) {
+    // A name that does not resolve now is no error: sluice starts without
+    // its servers and keeps asking.
+    for (const std::string& w : sluice::discovery::check_names(*config)) {
+      std::fprintf(stderr, "sluice: warning: %s\n", w.c_str());
+    }
     std::printf("sluice: configuration file %s is valid\n", path.c_str());
     return 0;
   }

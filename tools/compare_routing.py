@@ -11,8 +11,9 @@ each sending R requests, some clients heavier than others) goes through
       `upstream` block, keep-alive connections to the backends).
 
 For each backend the tool prints requests, connections and busy time (the sum
-of its request service times) and the imbalance max/mean, plus the proxy's
-CPU per request (utime + stime from /proc/PID/stat, master and workers for
+of its request service times) and the imbalance max/mean, how many distinct
+backends each client connection reached, the wall time, and the proxy's CPU
+per request (utime + stime from /proc/PID/stat, master and workers for
 nginx). Then, when PostgreSQL is installed, the same question for a database
 pool: pgbench with 8 persistent connections against pgbench -C (a new
 connection per transaction) through sluice over two servers.
@@ -399,6 +400,16 @@ class ModeResult:
     def cpu_us_per_request(self) -> float:
         return self.proxy_cpu_s * 1e6 / max(self.requests, 1)
 
+    def reached(self) -> list[int]:
+        """How many client connections reached 1, 2, ... N distinct backends
+        (index k-1 holds k), from the backend ids in the answers each
+        connection received."""
+        counts = [0] * len(self.backends)
+        for c in self.clients:
+            if c.served_by:
+                counts[min(len(c.served_by), len(counts)) - 1] += 1
+        return counts
+
 
 def run_mode(name: str, make_proxy, ctx) -> ModeResult:
     backends = BackendSet(ctx.procs, ctx.workdir, ctx.backends, name)
@@ -453,6 +464,15 @@ def print_mode(m: ModeResult, title: str):
     firsts = [c.first_error for c in m.clients if c.first_error]
     if firsts:
         print(f"first error: {firsts[0]}")
+
+
+def print_reached(l4: ModeResult, l7: ModeResult):
+    print("\n### backends reached per client connection\n")
+    print("Client connections (of the workload's C) that received answers from k "
+          "distinct backends.\n")
+    print_table(["backends reached", f"L4 ({l4.proxy})", f"L7 ({l7.proxy})"],
+                [[str(k + 1), str(a), str(b)]
+                 for k, (a, b) in enumerate(zip(l4.reached(), l7.reached()))])
 
 
 def print_summary(l4: ModeResult, l7: ModeResult):
@@ -545,38 +565,128 @@ def print_http_explanation(l4: ModeResult, l7: ModeResult):
 # --------------------------------------------------------------------------
 # Chart
 
-CHART_PANELS = [("requests", "requests"), ("connections", "backend connections"),
-                ("busy_s", "busy time, s")]
+L4_COLOR, L7_COLOR = "#4c72b0", "#dd8452"
+POOL_COLOR, PER_XACT_COLOR = "#55a868", "#c44e52"
 
 
-def write_chart(path: str, l4: ModeResult, l7: ModeResult):
+def write_chart(path: str, l4: ModeResult, l7: ModeResult, db: list[PgRun] | None,
+                db_note: str):
+    """Six panels. Top: where the HTTP requests and their cost landed, and
+    how many backends each client connection reached. Bottom: how long the
+    workload took, then the database pool (pgbench) when it ran. The
+    backends' connection counts are left out: with least_conn both modes
+    open about as many, so that panel showed nothing."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
     plt.rcParams["svg.hashsalt"] = "sluice-routing"  # the same run gives the same file
-    fig, axes = plt.subplots(1, len(CHART_PANELS), figsize=(12, 4.2))
+    plt.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable
+    fig, axes = plt.subplots(2, 3, figsize=(13, 8.4))
+    modes = ((l4, -0.2, L4_COLOR, "per connection"), (l7, 0.2, L7_COLOR, "per request"))
     xs = list(range(len(l4.backends)))
     labels = [f"{b['id']} ({b['slowness']}×)" for b in l4.backends]
-    width = 0.4
-    for ax, (key, title) in zip(axes, CHART_PANELS):
-        for m, offset, color in ((l4, -width / 2, "#4c72b0"), (l7, width / 2, "#dd8452")):
-            mode = "per connection" if m is l4 else "per request"
-            ax.bar([x + offset for x in xs], [b[key] for b in m.backends], width, color=color,
-                   label=f"{m.name} {m.proxy} ({mode})")
+    for ax, key, title in ((axes[0][0], "requests", "requests served, per backend"),
+                           (axes[0][1], "busy_s", "busy time per backend, s")):
+        for m, offset, color, how in modes:
+            ax.bar([x + offset for x in xs], [b[key] for b in m.backends], 0.4, color=color,
+                   label=f"{m.name}: {m.proxy}, one choice {how}")
         ax.set_xticks(xs, labels)
+        ax.set_xlabel("backend (slowness)")
         ax.set_title(f"{title}\nmax/mean: L4 {fmt(l4.imbalance(key))}, "
                      f"L7 {fmt(l7.imbalance(key))}", fontsize=10)
-        if key == "connections":  # a handful: no fractional ticks
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=2, fontsize=9, frameon=False)
-    fig.suptitle(f"{len(l4.clients)} keep-alive connections × "
-                 f"{l4.planned // max(len(l4.clients), 1)} requests, least_conn in both",
-                 fontsize=11)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))  # room for the legend below
+    chart_reached(axes[0][2], modes, len(l4.clients))
+    chart_wall(axes[1][0], modes)
+    if db:
+        chart_db_share(axes[1][1], db)
+        chart_db_rate(axes[1][2], db)
+    else:
+        for ax in axes[1][1:]:
+            ax.axis("off")
+        axes[1][1].text(0, 0.5, f"PostgreSQL pool: {db_note}", fontsize=10, wrap=True)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.965), ncol=2,
+               fontsize=9, frameon=False)
+    fig.suptitle(f"HTTP: {len(l4.clients)} keep-alive client connections × "
+                 f"{l4.planned // max(len(l4.clients), 1)} requests over {len(l4.backends)} "
+                 f"backends, least_conn in both modes", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.935), h_pad=2.5)
     fig.savefig(path, format="svg", metadata={"Date": None})
     plt.close(fig)
+
+
+def chart_reached(ax, modes, clients: int):
+    from matplotlib.ticker import MaxNLocator
+    ks = list(range(1, len(modes[0][0].backends) + 1))
+    for m, offset, color, _ in modes:
+        ax.bar([k + offset for k in ks], m.reached(), 0.4, color=color)
+    ax.set_xticks(ks)
+    ax.set_xlabel("distinct backends that answered it")
+    ax.set_ylabel("client connections")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, clients * 1.1)
+    ax.set_title("backends reached per client connection\n"
+                 f"(each of the {clients} client connections counted once)", fontsize=10)
+
+
+def chart_wall(ax, modes):
+    """A bar per mode for the whole workload, a dot per client connection
+    for when it had sent all its requests."""
+    for i, (m, _, color, how) in enumerate(modes):
+        ax.bar(i, m.wall_s, 0.6, color=color)
+        finished = sorted(c.finished_s for c in m.clients)
+        spread = [i - 0.2 + 0.4 * j / max(len(finished) - 1, 1) for j in range(len(finished))]
+        ax.plot(spread, finished, "o", color="black", markersize=3.5)
+        ax.annotate(f"{m.wall_s:.1f} s", (i, m.wall_s), textcoords="offset points",
+                    xytext=(0, 3), ha="center", fontsize=9)
+    ax.plot([], [], "o", color="black", markersize=3.5,
+            label="when one client connection finished")
+    ax.legend(fontsize=8, loc="upper right", frameon=False)
+    ax.set_xticks([0, 1], [f"{m.name} {m.proxy}\n({how})" for m, _, _, how in modes])
+    ax.set_xlim(-0.7, 1.7)
+    ax.set_ylim(0, max(m.wall_s for m, *_ in modes) * 1.3)
+    ax.set_ylabel("seconds")
+    ax.set_title("wall time of the HTTP workload, s\n(bar: all of it; dots: each client "
+                 "connection)", fontsize=10)
+
+
+def db_bars(ax, db: list[PgRun], value, label):
+    """Grouped by scenario, a bar each for persistent connections and -C;
+    `label(run)` is written over each bar."""
+    scenarios = list(dict.fromkeys(r.scenario for r in db))
+    runs = {(r.scenario, r.mode): r for r in db}
+    for mode, offset, color, name in (
+            ("persistent", -0.2, POOL_COLOR, "persistent connections (a pool)"),
+            ("-C", 0.2, PER_XACT_COLOR, "pgbench -C: a new connection per transaction")):
+        for i, scenario in enumerate(scenarios):
+            run = runs.get((scenario, mode))
+            if run is None:
+                continue
+            ax.bar(i + offset, value(run), 0.4, color=color, label=name if i == 0 else None)
+            ax.annotate(label(run), (i + offset, value(run)), textcoords="offset points",
+                        xytext=(0, 3), ha="center", fontsize=8)
+    ax.set_xticks(range(len(scenarios)), [
+        {"steady": "steady\n(a, b from the start)",
+         "scale-out": "scale-out\n(b joins by reload)"}.get(s, s) for s in scenarios])
+    ax.set_xlim(-0.7, len(scenarios) - 0.3)
+    ax.legend(fontsize=8, loc="upper left", frameon=False)
+
+
+def chart_db_share(ax, db: list[PgRun]):
+    db_bars(ax, db, share_of_b, lambda r: f"{share_of_b(r):.0f} %")
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("% of all transactions")
+    ax.set_title(f"PostgreSQL via sluice: share of transactions on server b\n"
+                 f"(pgbench -c {PG_CLIENTS}, servers a and b, least_conn)", fontsize=10)
+
+
+def chart_db_rate(ax, db: list[PgRun]):
+    db_bars(ax, db, lambda r: r.tps, lambda r: f"{r.tps:.0f} tps\n"
+            f"{sum(r.sessions)} sessions")
+    ax.set_yscale("log")
+    ax.set_ylim(min(max(r.tps, 0.1) for r in db) / 3, max(max(r.tps for r in db), 1) * 30)
+    ax.set_ylabel("transactions per second (log scale)")
+    ax.set_title("PostgreSQL via sluice: transactions per second\n"
+                 "(label: server sessions that committed)", fontsize=10)
 
 
 # --------------------------------------------------------------------------
@@ -640,12 +750,13 @@ def run_pgbench(dbpeers, ctx, servers, scenario: str, per_xact_connect: bool) ->
                  result.returncode == 0, note)
 
 
-def run_db_comparison(ctx) -> bool:
+def run_db_comparison(ctx) -> tuple[list[PgRun] | None, str]:
+    """The pgbench runs, or None and why there are none."""
     import dbpeers
     missing = dbpeers.pg_missing()
     if missing:
         print(f"\n## Database pool: skipped, PostgreSQL is not installed here ({missing}).")
-        return True
+        return None, f"not measured, PostgreSQL is not installed ({missing})"
     ctx.pg_script = os.path.join(ctx.workdir, "routed.sql")
     with open(ctx.pg_script, "w") as f:
         f.write(PG_SCRIPT)
@@ -659,7 +770,7 @@ def run_db_comparison(ctx) -> bool:
                 print(f"[{time.monotonic() - ctx.started:5.1f}s] pgbench {scenario} "
                       f"{runs[-1].mode} done", file=sys.stderr, flush=True)
     print_db(runs, ctx.pg_s)
-    return all(r.ok for r in runs)
+    return runs, ""
 
 
 def share_of_b(run: PgRun) -> float:
@@ -804,13 +915,16 @@ def main() -> int:
         print_report_head(args, load_before)
         print_mode(l4, "sluice, one choice per connection (least_conn)")
         print_mode(l7, "nginx http, one choice per request (least_conn, keepalive 32)")
+        print_reached(l4, l7)
         print_summary(l4, l7)
         print_http_explanation(l4, l7)
+        db, db_note = (None, "not measured in this run (--no-db)") if args.no_db \
+            else run_db_comparison(ctx)
         if args.out:
             os.makedirs(args.out, exist_ok=True)
-            write_chart(os.path.join(args.out, "routing.svg"), l4, l7)
+            write_chart(os.path.join(args.out, "routing.svg"), l4, l7, db, db_note)
             print(f"\nchart: {os.path.join(args.out, 'routing.svg')}")
-        db_ok = True if args.no_db else run_db_comparison(ctx)
+        db_ok = all(r.ok for r in db or [])
     except (CompareError, OSError, subprocess.TimeoutExpired, AssertionError) as exc:
         print(f"compare_routing: {exc}", file=sys.stderr)
         return 1

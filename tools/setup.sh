@@ -12,6 +12,7 @@ build_packages=(
   libuv1-dev libtomlplusplus-dev libspdlog-dev libxxhash-dev libsystemd-dev
   libhttp-parser-dev libhiredis-dev libpq-dev   # active health checks (HTTP, Redis, PostgreSQL)
   libmariadb-dev   # MySQL/MariaDB role checks
+  libc-ares-dev   # servers from DNS (c-ares)
   nlohmann-json3-dev   # the admin API's JSON
   python3   # the demo's backends
 )
@@ -31,6 +32,7 @@ test_packages=(
   debhelper dpkg-dev fakeroot lintian   # the Debian package (tools/deb.sh, tests/package)
   scdoc man-db   # man pages sluice(8) and sluice.toml(5), and reading them in tests
   systemd   # systemd-analyze verifies the unit; systemd-sysusers/-tmpfiles for the package
+  dnsmasq-base   # a real DNS server in the discovery tests
 )
 
 packages=("${build_packages[@]}")

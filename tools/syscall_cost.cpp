@@ -3,7 +3,7 @@
 // call that does no work (getppid). It bounds what saving calls can buy: a
 // proxy that makes C calls per operation spends at least C times this in
 // the kernel's entry and exit, and at most that is saved by removing them
-// (see docs/benchmarks.md).
+// (see docs/benchmarks-history.md).
 //
 //   build/tools/syscall_cost [CALLS]   (default 5 000 000; prints ns per call, best of 5)
 #include <sys/syscall.h>

@@ -157,6 +157,7 @@ tsan_tests=(
   tests/integration/test_admin.py
   tests/integration/test_health.py
   tests/integration/test_log_files.py
+  tests/integration/test_stop_and_reload_defects.py
   tests/integration/test_soak.py
   tests/integration/test_integrity.py
   tests/e2e/test_active_health.py

@@ -75,6 +75,37 @@ struct ServerConfig {
   std::uint32_t weight = 1;      // 1..1000
   std::uint32_t max_conns = 0;   // 0 = unlimited
   bool backup = false;
+  // A server that DNS gave (see DiscoveredEntry): the name it came from
+  // ("db.internal", "_pg._tcp.db.service.consul"); empty for a server
+  // written in the file. Its address text is then numeric and canonical
+  // ("10.0.0.7:5432", "[2001:db8::7]:5432").
+  std::string from;
+};
+
+// A `servers` entry whose servers come from DNS, re-resolved while sluice
+// runs (src/discovery/):
+//   { address = "db.internal:5432", resolve = true }: every A/AAAA address;
+//   { service = "_postgresql._tcp.db.service.consul" }: an SRV record set.
+enum class DiscoveryKind { host, service };
+
+struct DiscoveredEntry {
+  DiscoveryKind kind = DiscoveryKind::host;
+  std::string name;              // lower-case, no trailing dot
+  std::string text;              // as written: "db.internal:5432", or the service name
+  std::uint16_t port = 0;        // host: the entry's port; service: from the records
+  std::uint32_t weight = 1;      // host only: SRV records carry their own
+  std::uint32_t max_conns = 0;
+  bool backup = false;
+};
+
+// [resolver]: how discovered names are looked up.
+struct ResolverConfig {
+  // "ip:port" each (port 53 when not written); empty = /etc/resolv.conf's.
+  std::vector<Endpoint> nameservers;
+  Duration timeout = std::chrono::seconds(2);  // per try (c-ares doubles it on each round)
+  std::uint32_t attempts = 2;                  // tries per query, over all nameservers
+  Duration valid{0};                           // 0 = refresh per the records' TTL
+  Duration hold = std::chrono::seconds(10);    // a server missing from a good answer stays this long
 };
 
 // [upstream.NAME.health]: active checks, run on the control loop.
@@ -149,8 +180,10 @@ struct UpstreamConfig {
   AllDown all_down = AllDown::fail_closed;
   ProxyProtocol proxy_protocol = ProxyProtocol::none;
   Duration drain_timeout{0};         // removed servers' sessions end after this; 0 = let them finish
+  bool drain_timeout_set = false;    // written on the upstream (else [global]'s value, copied)
   std::optional<HealthConfig> health;
   std::vector<ServerConfig> servers;
+  std::vector<DiscoveredEntry> discovered;  // servers from DNS, added to `servers` as answers come
 };
 
 enum class Preread { none, tls, postgres };
@@ -210,6 +243,7 @@ struct Config {
   AdminConfig admin;
   std::vector<ListenerConfig> listeners;
   std::map<std::string, UpstreamConfig> upstreams;  // by name
+  ResolverConfig resolver;
 };
 
 // Thrown by the loader; what() is "file:line:column: message" (or "file: message"

@@ -99,44 +99,167 @@ std::optional<long> parse_weight(std::string_view body) {
   return std::nullopt;
 }
 
+// ASCII case-insensitive equality with `lower` (already lower case).
+bool same_ascii_lower(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i] >= 'A' && s[i] <= 'Z' ? static_cast<char>(s[i] - 'A' + 'a') : s[i];
+    if (c != lower[i]) return false;
+  }
+  return true;
+}
+
+int base64_value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+// Standard base64 (RFC 4648), padding optional. nullopt when malformed.
+std::optional<std::string> base64_decode(std::string_view in) {
+  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
+  if (in.size() % 4 == 1) return std::nullopt;
+  std::string out;
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    const int v = base64_value(c);
+    if (v < 0) return std::nullopt;
+    acc = (acc << 6) | static_cast<std::uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xFF);
+    }
+  }
+  return out;
+}
+
 RateLimitedWarning g_unauthorized;
+
+// The index in `up` of the server `text` names: by the address as the file
+// writes it, or by any text that parses to the same address; -1 when none.
+long find_server(const Upstream& up, const std::string& text) {
+  for (std::size_t i = 0; i < up.size(); ++i) {
+    if (up.server(i).address.text == text) return static_cast<long>(i);
+  }
+  std::string perr;
+  if (auto ep = parse_address(text, false, perr)) {
+    for (std::size_t i = 0; i < up.size(); ++i) {
+      if (up.server(i).address.port == ep->port && same_ip(up.server(i).address.addr, ep->addr)) {
+        return static_cast<long>(i);
+      }
+    }
+  }
+  return -1;
+}
+
+// A browser that sends a request on behalf of another site says so in
+// `Origin`. A change asked for by a page that is not ours is refused: the
+// browser may be sending the operator's credentials along (HTTP Basic is
+// resent on its own), and a form on any site can POST here. Scripts send
+// no Origin and are not affected.
+bool foreign_origin(const Request& req) {
+  auto origin = req.headers.find("origin");
+  if (origin == req.headers.end()) return false;
+  auto host = req.headers.find("host");
+  if (host == req.headers.end()) return true;
+  return origin->second != "http://" + host->second && origin->second != "https://" + host->second;
+}
 
 }  // namespace
 
+std::string listener_rate_key(std::string_view listener) { return "listener\n" + std::string(listener); }
+
+std::string server_rate_key(std::string_view upstream, std::string_view server) {
+  return "server\n" + std::string(upstream) + "\n" + std::string(server);
+}
+
+void RateWindow::add(TimePoint at, std::map<std::string, std::uint64_t> counts) {
+  samples_.push_back({at, std::move(counts)});
+  // kWindow seconds between the oldest and the newest sample.
+  while (samples_.size() > static_cast<std::size_t>(kWindow) + 1) samples_.pop_front();
+}
+
+std::optional<double> RateWindow::rate(const std::string& key) const {
+  if (samples_.empty()) return std::nullopt;
+  const Sample& last = samples_.back();
+  auto now_it = last.counts.find(key);
+  if (now_it == last.counts.end()) return std::nullopt;
+  for (const Sample& first : samples_) {
+    auto then_it = first.counts.find(key);
+    if (then_it == first.counts.end()) continue;
+    const double dt = std::chrono::duration<double>(last.at - first.at).count();
+    // A reload may have replaced the counter's owner: no rate across that.
+    if (dt < 0.999 || now_it->second < then_it->second) return std::nullopt;
+    return static_cast<double>(now_it->second - then_it->second) / dt;
+  }
+  return std::nullopt;
+}
+
 AdminApi::AdminApi(AdminHooks hooks) : hooks_(std::move(hooks)) {}
 
-Response AdminApi::handle(const Request& req) {
+std::optional<std::string> presented_token(std::string_view value) {
+  auto blank = [](char c) { return c == ' ' || c == '\t'; };
+  while (!value.empty() && blank(value.back())) value.remove_suffix(1);
+  const std::size_t sp = value.find_first_of(" \t");
+  if (sp == std::string_view::npos) return std::nullopt;
+  const std::string_view scheme = value.substr(0, sp);
+  std::string_view credentials = value.substr(sp);
+  while (!credentials.empty() && blank(credentials.front())) credentials.remove_prefix(1);
+  if (credentials.empty()) return std::nullopt;
+  if (same_ascii_lower(scheme, "bearer")) return std::string(credentials);
+  if (!same_ascii_lower(scheme, "basic")) return std::nullopt;
+  const std::optional<std::string> user_pass = base64_decode(credentials);
+  if (!user_pass) return std::nullopt;
+  // RFC 7617: the user name cannot hold a colon; the password may.
+  const std::size_t colon = user_pass->find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  return user_pass->substr(colon + 1);
+}
+
+std::optional<Response> AdminApi::authorize(const Request& req) const {
+  if (token_.empty()) return std::nullopt;
   // GET /ready needs no token: a front tier's probe (keepalived's curl, a
   // kubelet) learns one bit and should not have to carry the secret, as
-  // with HAProxy's monitor-uri. POST /healthcheck/* is checked below.
+  // with HAProxy's monitor-uri. POST /healthcheck/* needs it like any change.
   if (const auto p = split_path(req.path);
       p.size() == 1 && p[0] == "ready" && (req.method == "GET" || req.method == "HEAD")) {
-    return readiness(req, "");
+    return std::nullopt;
   }
-  if (!token_.empty()) {
-    auto it = req.headers.find("authorization");
-    const std::string_view prefix = "Bearer ";
-    const bool ok = it != req.headers.end() && it->second.size() > prefix.size() &&
-                    std::string_view(it->second).substr(0, prefix.size()) == prefix &&
-                    same_token(std::string_view(it->second).substr(prefix.size()), token_);
-    if (!ok) {
-      g_unauthorized.warn("admin: unauthorized request from " + req.peer + " (" +
-                          escape_text(req.method + " " + req.path) + ")");
-      Response r = error(401, "unauthorized: send Authorization: Bearer TOKEN");
-      r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
-      return r;
-    }
+  auto it = req.headers.find("authorization");
+  if (it != req.headers.end()) {
+    const std::optional<std::string> presented = presented_token(it->second);
+    if (presented && same_token(*presented, token_)) return std::nullopt;
   }
+  g_unauthorized.warn("admin: unauthorized request from " + req.peer + " (" +
+                      escape_text(req.method + " " + req.path) + ")");
+  Response r = error(401, "unauthorized: send Authorization: Bearer TOKEN, or log in with the token as the password");
+  // Basic first: a browser then asks for a user name and password (the token);
+  // scripts send the Bearer token.
+  r.headers.emplace_back("WWW-Authenticate", "Basic realm=\"sluice\"");
+  r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"sluice\"");
+  return r;
+}
+
+Response AdminApi::handle(const Request& req) {
+  if (std::optional<Response> refused = authorize(req)) return std::move(*refused);
 
   const std::vector<std::string_view> parts = split_path(req.path);
   const std::string& m = req.method;
+  if (m != "GET" && m != "HEAD" && foreign_origin(req)) {
+    return error(403, "a request from another site's page is refused (Origin does not match Host)");
+  }
   if (parts.empty()) {
     if (m != "GET" && m != "HEAD") return method_not_allowed("GET");
     return page();
   }
   if (parts.size() == 1 && parts[0] == "status") {
     if (m != "GET" && m != "HEAD") return method_not_allowed("GET");
-    return json_response(200, status_json(*hooks_.snapshot(), hooks_.info(), Clock::now(), wall_ms()));
+    return json_response(200, status_with_rates());
   }
   if (parts.size() == 1 && parts[0] == "metrics") {
     if (m != "GET" && m != "HEAD") return method_not_allowed("GET");
@@ -149,19 +272,30 @@ Response AdminApi::handle(const Request& req) {
     if (m != "POST") return method_not_allowed("POST");
     const Outcome o = hooks_.reload();
     if (!o.ok) return json_response(400, {{"ok", false}, {"error", o.message}});
-    return json_response(200, {{"ok", true}, {"message", o.message}, {"generation", hooks_.info().generation}});
+    return json_response(200, {{"ok", true},
+                               {"message", o.message},
+                               {"generation", hooks_.info().generation},
+                               {"restart_required", o.restart_required}});
   }
   if (parts.size() == 1 && parts[0] == "config") {
     if (m != "PUT") return method_not_allowed("PUT");
     const Outcome o = hooks_.put_config(req.body);
     if (!o.ok) return json_response(400, {{"ok", false}, {"error", o.message}});
-    return json_response(200, {{"ok", true}, {"message", o.message}, {"generation", hooks_.info().generation}});
+    return json_response(200, {{"ok", true},
+                               {"message", o.message},
+                               {"generation", hooks_.info().generation},
+                               {"restart_required", o.restart_required}});
   }
   // Readiness for a front tier: GET /ready, POST /healthcheck/{fail,ok}.
   if (parts.size() == 1 && parts[0] == "ready") return readiness(req, "");
   if (parts.size() == 2 && parts[0] == "healthcheck") return readiness(req, parts[1]);
   if (parts.size() == 5 && parts[0] == "upstreams" && parts[2] == "servers") {
     return server_action(req, parts[1], parts[3], parts[4]);
+  }
+  // Reading one upstream or one server: GET /upstreams/U, GET /upstreams/U/servers/ADDR.
+  if (parts.size() == 2 && parts[0] == "upstreams") return upstream_get(req, parts[1], {});
+  if (parts.size() == 4 && parts[0] == "upstreams" && parts[2] == "servers") {
+    return upstream_get(req, parts[1], parts[3]);
   }
   return error(404, "no such endpoint: " + escape_text(req.path));
 }
@@ -180,19 +314,7 @@ Response AdminApi::server_action(const Request& req, std::string_view upstream_p
   std::shared_ptr<const Snapshot> snap = hooks_.snapshot();
   const Upstream* up = snap->find_upstream(upstream);
   if (up == nullptr) return error(404, "no upstream \"" + escape_text(upstream) + "\"");
-  // By the address as the file writes it, or by any text that parses to the same address.
-  long index = -1;
-  for (std::size_t i = 0; i < up->size() && index < 0; ++i) {
-    if (up->server(i).address.text == server) index = static_cast<long>(i);
-  }
-  if (index < 0) {
-    std::string perr;
-    if (auto ep = parse_address(server, false, perr)) {
-      for (std::size_t i = 0; i < up->size() && index < 0; ++i) {
-        if (up->server(i).address.port == ep->port && same_ip(up->server(i).address.addr, ep->addr)) index = static_cast<long>(i);
-      }
-    }
-  }
+  const long index = find_server(*up, server);
   if (index < 0) {
     return error(404, "upstream \"" + escape_text(upstream) + "\" has no server " + escape_text(server));
   }
@@ -247,24 +369,66 @@ Response AdminApi::readiness(const Request& req, std::string_view action) {
   return json_response(200, {{"ok", true}, {"ready", info.ready}, {"message", o.message}});
 }
 
-Response AdminApi::page() {
-  const nlohmann::json status = status_json(*hooks_.snapshot(), hooks_.info(), Clock::now(), wall_ms());
+Response AdminApi::upstream_get(const Request& req, std::string_view upstream_part,
+                               std::string_view server_part) {
+  if (req.method != "GET" && req.method != "HEAD") return method_not_allowed("GET");
+  const std::string upstream = percent_decode(upstream_part);
+  std::shared_ptr<const Snapshot> snap = hooks_.snapshot();
+  const Upstream* up = snap->find_upstream(upstream);
+  if (up == nullptr) return error(404, "no upstream \"" + escape_text(upstream) + "\"");
   const TimePoint now = Clock::now();
-  std::map<std::string, double> rates;
-  const double dt = std::chrono::duration<double>(now - last_view_).count();
-  for (const auto& l : status["listeners"]) {
-    const std::string name = l["name"].get<std::string>();
-    const std::uint64_t accepted = l["accepted"].get<std::uint64_t>();
-    auto it = last_accepted_.find(name);
-    if (it != last_accepted_.end() && dt > 0.05 && accepted >= it->second) {
-      rates[name] = static_cast<double>(accepted - it->second) / dt;
+  if (server_part.empty()) {
+    nlohmann::json doc = upstream_json(*up, now);
+    for (auto& sv : doc["servers"]) {
+      const std::optional<double> r = rates_.rate(server_rate_key(upstream, sv["address"].get<std::string>()));
+      sv["sessions_per_s"] = r ? nlohmann::json(*r) : nlohmann::json(nullptr);
     }
-    last_accepted_[name] = accepted;
+    return json_response(200, doc);
   }
-  last_view_ = now;
+  const std::string server = percent_decode(server_part);
+  const long index = find_server(*up, server);
+  if (index < 0) {
+    return error(404, "upstream \"" + escape_text(upstream) + "\" has no server " + escape_text(server));
+  }
+  nlohmann::json doc = server_json(*up, static_cast<std::size_t>(index), now);
+  const std::optional<double> r = rates_.rate(server_rate_key(upstream, doc["address"].get<std::string>()));
+  doc["sessions_per_s"] = r ? nlohmann::json(*r) : nlohmann::json(nullptr);
+  return json_response(200, doc);
+}
+
+void AdminApi::tick(TimePoint now) {
+  std::shared_ptr<const Snapshot> snap = hooks_.snapshot();
+  if (!snap) return;
+  std::map<std::string, std::uint64_t> counts;
+  for (const ListenerView& l : snap->listeners) {
+    counts[listener_rate_key(l.config->name)] = l.stats->accepted.load(std::memory_order_relaxed);
+  }
+  for (const auto& [name, up] : snap->upstreams) {
+    for (std::size_t i = 0; i < up->size(); ++i) {
+      const ServerState& st = up->server(i);
+      counts[server_rate_key(name, st.address.text)] = st.total_sessions.load(std::memory_order_relaxed);
+    }
+  }
+  rates_.add(now, std::move(counts));
+}
+
+nlohmann::json AdminApi::status_with_rates() {
+  nlohmann::json doc = status_json(*hooks_.snapshot(), hooks_.info(), Clock::now(), wall_ms());
+  const auto or_null = [](std::optional<double> v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  for (auto& l : doc["listeners"]) l["conn_per_s"] = or_null(rates_.rate(listener_rate_key(l["name"].get<std::string>())));
+  for (auto& u : doc["upstreams"]) {
+    const std::string name = u["name"].get<std::string>();
+    for (auto& sv : u["servers"]) {
+      sv["sessions_per_s"] = or_null(rates_.rate(server_rate_key(name, sv["address"].get<std::string>())));
+    }
+  }
+  return doc;
+}
+
+Response AdminApi::page() {
   Response r;
   r.content_type = "text/html; charset=utf-8";
-  r.body = status_page(status, rates);
+  r.body = status_page(status_with_rates(), wall_ms());
   return r;
 }
 

@@ -6,25 +6,37 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <optional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "admin/http_server.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/cause.hpp"
+#include "sluice/dns_status.hpp"
 #include "sluice/time.hpp"
 
 namespace sluice::admin {
 
 // The outcome of a reload or PUT /config.
 struct Outcome {
+  Outcome() = default;
+  Outcome(bool ok_, std::string message_, std::vector<std::string> restart_required_ = {})
+      : ok(ok_), message(std::move(message_)), restart_required(std::move(restart_required_)) {}
+
   bool ok = false;
   std::string message;  // what changed, or the error (FILE:LINE:COLUMN: ...)
+  // Settings that wait for a restart (the answer's "restart_required").
+  std::vector<std::string> restart_required;
 };
 
 // What the host knows and the Snapshot does not.
@@ -46,6 +58,7 @@ struct ProcessInfo {
   bool ready = true;
   std::string not_ready_reason;   // why not, when not ready
   std::int64_t ready_since_ms = 0;  // wall clock of the last change (or the start)
+  DnsStatus dns;  // servers from DNS: entries, counters
 };
 
 struct AdminHooks {
@@ -60,38 +73,81 @@ struct AdminHooks {
   std::function<Outcome(bool ready, const std::string& by)> set_ready;
 };
 
+// Per-second samples of counters, to tell their rate over the last
+// kWindow seconds (the status page's conn/s). Fed by a timer on the control
+// loop, never by a viewer.
+class RateWindow {
+ public:
+  static constexpr int kWindow = 10;  // seconds
+  void add(TimePoint at, std::map<std::string, std::uint64_t> counts);
+  // Per second, between the oldest and the newest sample holding `key`
+  // (at least a second apart), or nothing yet.
+  std::optional<double> rate(const std::string& key) const;
+
+ private:
+  struct Sample {
+    TimePoint at;
+    std::map<std::string, std::uint64_t> counts;
+  };
+  std::deque<Sample> samples_;
+};
+
+// The keys of RateWindow for a listener's accepted connections and a server's sessions.
+std::string listener_rate_key(std::string_view listener);
+std::string server_rate_key(std::string_view upstream, std::string_view server);
+
 class AdminApi {
  public:
   explicit AdminApi(AdminHooks hooks);
 
-  // The token every request must carry (`Authorization: Bearer TOKEN`);
-  // empty = no authentication.
+  // The token every request must carry (`Authorization: Bearer TOKEN`, or
+  // HTTP Basic with the token as the password); empty = no authentication.
   void set_token(std::string token) { token_ = std::move(token); }
 
+  // nullopt when `request` may go on (no token is set, or it carries the
+  // token); otherwise the 401 to answer. Needs only the headers: the HTTP
+  // server calls it before it reads a body or sends `100 Continue`.
+  std::optional<Response> authorize(const Request& request) const;
+
+  // Answers a request (authorize() first).
   Response handle(const Request& request);
+
+  // Called by the host once a second: samples the counters that rates are
+  // measured from, so a rate covers the same fixed window whoever looks and
+  // however often.
+  void tick(TimePoint now);
 
  private:
   Response server_action(const Request& request, std::string_view upstream, std::string_view server,
                          std::string_view action);
+  Response upstream_get(const Request& request, std::string_view upstream, std::string_view server);
   Response page();
   Response readiness(const Request& request, std::string_view action);
+  // status_json with the rates added (listeners' conn_per_s, servers' sessions_per_s).
+  nlohmann::json status_with_rates();
 
   AdminHooks hooks_;
   std::string token_;
-  // The status page shows rates since its previous view.
-  std::map<std::string, std::uint64_t> last_accepted_;
-  TimePoint last_view_{};
+  RateWindow rates_;
 };
 
-// ---- pure renderers (unit-tested) ----
+// ---- pure functions (unit-tested) ----
+
+// The token an Authorization header value presents: `Bearer TOKEN`, or
+// `Basic BASE64(USER:TOKEN)` with any user name (what a browser sends). The
+// scheme is case-insensitive. nullopt for any other scheme or a malformed value.
+std::optional<std::string> presented_token(std::string_view authorization);
 
 // One server of `up` as /status shows it (also the answer to server actions).
 nlohmann::json server_json(const Upstream& up, std::size_t index, TimePoint now);
+// One upstream as /status shows it (GET /upstreams/U).
+nlohmann::json upstream_json(const Upstream& up, TimePoint now);
 // GET /status as JSON.
 nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now, std::int64_t now_ms);
-// The status page from status_json's document; `rates` maps listener name to
-// connections per second since the previous view (absent: unknown).
-std::string status_page(const nlohmann::json& status, const std::map<std::string, double>& rates);
+// The status page from status_json's document (with the rates, when known).
+std::string status_page(const nlohmann::json& status, std::int64_t now_ms);
+// "3d 4h 12m", "5m 7s", "42s": a duration as people read it.
+std::string human_duration(double seconds);
 // GET /metrics: Prometheus text exposition format 0.0.4.
 std::string metrics_text(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now);
 

@@ -1,10 +1,12 @@
 #include "admin/http_server.hpp"
 
+#include <algorithm>
 #include <exception>
 
 #include <spdlog/spdlog.h>
 
 #include "log/escape.hpp"
+#include "log/rate_limited_warning.hpp"
 #include "sluice/address.hpp"
 
 namespace sluice::admin {
@@ -34,34 +36,51 @@ const char* reason_phrase(int status) {
   }
 }
 
-std::string serialize(const Response& r) {
+std::string serialize(const Response& r, bool head) {
   std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + reason_phrase(r.status) + "\r\n";
   out += "Content-Type: " + r.content_type + "\r\n";
   out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
   out += "Cache-Control: no-store\r\nConnection: close\r\n";
   for (const auto& [name, value] : r.headers) out += name + ": " + value + "\r\n";
   out += "\r\n";
-  out += r.body;
+  if (!head) out += r.body;
   return out;
 }
 
 struct HttpServer::Connection {
+  // Where the connection stands; the timer's meaning follows it.
+  enum class Phase {
+    headers,    // reading the request line and headers; the header deadline runs, and a full server may close it
+    body,       // the headers passed the gate; reading the body until the request deadline
+    answering,  // the answer is being written; abandoned when no byte of it moves for write_timeout_ms
+    lingering,  // answered and FIN sent; reading (and dropping) until the client's FIN, at most kLingerMs, and a
+                // full server may close it
+  };
+
   HttpServer* server = nullptr;
   uv_tcp_t tcp{};
   uv_timer_t timer{};
   uv_write_t write_req{};
   uv_shutdown_t shutdown_req{};
   RequestParser parser;
+  Phase phase = Phase::headers;
   bool continue_sent = false;
   uv_write_t continue_req{};
-  bool responded = false;
+  bool peer_eof = false;          // the client has sent its FIN
+  std::uint64_t accepted_ms = 0;  // loop time at accept; the deadlines count from it
+  std::size_t unsent = 0;         // bytes of the answer not yet in the kernel at the last timer tick
   int open_handles = 0;
   bool closing = false;
   std::string out;
   char buf[16 * 1024];
 
+  uv_stream_t* stream() { return reinterpret_cast<uv_stream_t*>(&tcp); }
+  void start();
   void on_data(const char* data, std::size_t n);
+  void on_eof();
+  void on_timer();
   void respond(Response r);
+  void written(int status);
   void close();
 
   explicit Connection(const HttpLimits& l) : parser(l.max_header_bytes, l.max_body_bytes) {}
@@ -83,32 +102,87 @@ Response error_response(int status, const std::string& message) {
   return r;
 }
 
+void timer_fired(uv_timer_t* t) { static_cast<Connection*>(t->data)->on_timer(); }
+
+RateLimitedWarning g_full;
+
 }  // namespace
 
+void Connection::start() {
+  const HttpLimits& limits = server->limits_;
+  accepted_ms = uv_now(server->loop_);
+  uv_timer_start(&timer, timer_fired, std::min(limits.header_timeout_ms, limits.request_timeout_ms), 0);
+  uv_read_start(
+      stream(),
+      [](uv_handle_t* h, std::size_t, uv_buf_t* b) {
+        auto* c = static_cast<Connection*>(h->data);
+        *b = uv_buf_init(c->buf, sizeof c->buf);
+      },
+      [](uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
+        auto* c = static_cast<Connection*>(s->data);
+        if (n == UV_EOF) {
+          c->on_eof();
+        } else if (n < 0) {
+          c->close();
+        } else if (n > 0) {
+          c->on_data(b->base, static_cast<std::size_t>(n));
+        }
+      });
+}
+
 void Connection::on_data(const char* data, std::size_t n) {
-  if (responded) return;  // the rest of a refused request, or bytes after the one we answered
-  switch (parser.feed(data, n)) {
+  // Bytes after the request we answered, or the rest of a refused one, are dropped.
+  if (phase != Phase::headers && phase != Phase::body) return;
+  const RequestParser::State state = parser.feed(data, n);
+  const Request& request = parser.request();
+  // A handler or the gate throws only for our own faults (memory, a bug): 500, logged.
+  auto failed = [&request](const std::exception& e) {
+    // The path is the client's bytes: escaped, so it cannot break or forge a log line.
+    std::string path;
+    append_text_escaped(path, request.path);
+    spdlog::error("admin: {} {} failed: {}", request.method, path, e.what());
+    return error_response(500, "internal error");
+  };
+  if (phase == Phase::headers && parser.headers_complete()) {
+    // Decided on the headers alone: a refused client never gets `100 Continue`
+    // and its body is never read.
+    if (server->gate_) {
+      std::optional<Response> refused;
+      try {
+        refused = server->gate_(request);
+      } catch (const std::exception& e) {
+        refused = failed(e);
+      }
+      if (refused) {
+        respond(std::move(*refused));
+        return;
+      }
+    }
+    phase = Phase::body;
+    if (state == RequestParser::State::need_more) {
+      // The body has what is left of the request deadline, counted from accept.
+      const std::uint64_t elapsed = uv_now(server->loop_) - accepted_ms;
+      const std::uint64_t limit = server->limits_.request_timeout_ms;
+      uv_timer_start(&timer, timer_fired, limit > elapsed ? limit - elapsed : 0, 0);
+    }
+  }
+  switch (state) {
     case RequestParser::State::complete: {
-      const Request& request = parser.request();
       Response r;
       try {
         r = server->handler_(request);
       } catch (const std::exception& e) {
-        // The path is the client's bytes: escaped, so it cannot break or forge a log line.
-        std::string path;
-        append_text_escaped(path, request.path);
-        spdlog::error("admin: {} {} failed: {}", request.method, path, e.what());
-        r = error_response(500, "internal error");
+        r = failed(e);
       }
       respond(std::move(r));
       return;
     }
     case RequestParser::State::need_more:
-      if (!continue_sent && parser.expects_continue()) {
+      if (phase == Phase::body && !continue_sent && parser.expects_continue()) {
         continue_sent = true;
         static char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
         uv_buf_t b = uv_buf_init(kContinue, sizeof kContinue - 1);
-        uv_write(&continue_req, reinterpret_cast<uv_stream_t*>(&tcp), &b, 1, [](uv_write_t*, int) {});
+        uv_write(&continue_req, stream(), &b, 1, [](uv_write_t*, int) {});
       }
       return;
     case RequestParser::State::rejected: {
@@ -121,31 +195,83 @@ void Connection::on_data(const char* data, std::size_t n) {
   }
 }
 
+void Connection::on_eof() {
+  peer_eof = true;
+  uv_read_stop(stream());
+  switch (phase) {
+    case Phase::headers:
+    case Phase::body:
+      close();  // the request can no longer be completed
+      return;
+    case Phase::answering:
+      return;  // a client may send its FIN right after the request: the answer still goes out whole (written())
+    case Phase::lingering:
+      close();
+      return;
+  }
+}
+
+void Connection::on_timer() {
+  switch (phase) {
+    case Phase::headers:
+      respond(error_response(408, "the request headers did not arrive in time"));
+      return;
+    case Phase::body:
+      respond(error_response(408, "the request did not arrive in time"));
+      return;
+    case Phase::answering: {
+      // A slow reader is fine as long as the answer moves; one that takes
+      // nothing for a whole period would hold its slot for ever.
+      const std::size_t left = uv_stream_get_write_queue_size(stream());
+      if (left >= unsent) {
+        spdlog::debug("admin: the answer to {} has not moved for {} ms: closing", parser.request().peer,
+                      server->limits_.write_timeout_ms);
+        close();
+        return;
+      }
+      unsent = left;
+      return;
+    }
+    case Phase::lingering:
+      close();
+      return;
+  }
+}
+
 void Connection::respond(Response r) {
-  if (responded || closing) return;
-  responded = true;
+  if (closing || phase == Phase::answering || phase == Phase::lingering) return;
+  phase = Phase::answering;
   uv_timer_stop(&timer);
-  out = serialize(r);
+  const bool head = parser.headers_complete() && parser.request().method == "HEAD";
+  out = serialize(r, head);
   uv_buf_t b = uv_buf_init(out.data(), static_cast<unsigned>(out.size()));
   write_req.data = this;
-  if (uv_write(&write_req, reinterpret_cast<uv_stream_t*>(&tcp), &b, 1, [](uv_write_t* w, int status) {
-        auto* c = static_cast<Connection*>(w->data);
-        if (status < 0 || c->closing) {
-          c->close();
-          return;
-        }
-        // Send FIN, then read (and drop) until the client closes, so that
-        // unread request bytes never turn the close into a reset that could
-        // destroy the answer in flight. Bounded by the linger timer.
-        c->shutdown_req.data = c;
-        if (uv_shutdown(&c->shutdown_req, reinterpret_cast<uv_stream_t*>(&c->tcp), [](uv_shutdown_t* s, int) {
-              auto* cc = static_cast<Connection*>(s->data);
-              if (cc->closing) return;
-              uv_timer_start(&cc->timer, [](uv_timer_t* t) { static_cast<Connection*>(t->data)->close(); },
-                             kLingerMs, 0);
-            }) != 0) {
-          c->close();
-        }
+  if (uv_write(&write_req, stream(), &b, 1, [](uv_write_t* w, int status) {
+        static_cast<Connection*>(w->data)->written(status);
+      }) != 0) {
+    close();
+    return;
+  }
+  unsent = uv_stream_get_write_queue_size(stream());
+  const std::uint64_t period = server->limits_.write_timeout_ms;
+  uv_timer_start(&timer, timer_fired, period, period);
+}
+
+void Connection::written(int status) {
+  if (status < 0 || closing) {
+    close();
+    return;
+  }
+  // Send FIN, then read (and drop) until the client closes, so that unread
+  // request bytes never turn the close into a reset that could destroy the
+  // answer in flight. Bounded by the linger timer; at once when the client
+  // has closed its side already.
+  phase = Phase::lingering;
+  uv_timer_start(&timer, timer_fired, kLingerMs, 0);
+  shutdown_req.data = this;
+  if (uv_shutdown(&shutdown_req, stream(), [](uv_shutdown_t* s, int) {
+        auto* c = static_cast<Connection*>(s->data);
+        if (c->peer_eof) c->close();
       }) != 0) {
     close();
   }
@@ -193,12 +319,8 @@ void HttpServer::on_connection(uv_stream_t* server, int status) {
   conn->timer.data = conn;
   conn->open_handles = 2;
   self->connections_.push_back(std::move(c));
-  if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&conn->tcp)) != 0) {
+  if (uv_accept(server, conn->stream()) != 0) {
     conn->close();
-    return;
-  }
-  if (self->connections_.size() > self->limits_.max_connections) {
-    conn->close();  // over the limit: closed at once, the others are untouched
     return;
   }
   sockaddr_storage ss{};
@@ -206,24 +328,37 @@ void HttpServer::on_connection(uv_stream_t* server, int status) {
   if (uv_tcp_getpeername(&conn->tcp, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
     conn->parser.request().peer = format_sockaddr(reinterpret_cast<const sockaddr*>(&ss));
   }
-  uv_timer_start(&conn->timer, [](uv_timer_t* t) {
-    auto* cc = static_cast<Connection*>(t->data);
-    cc->respond(error_response(408, "the request did not arrive in time"));
-  }, self->limits_.request_timeout_ms, 0);
-  uv_read_start(
-      reinterpret_cast<uv_stream_t*>(&conn->tcp),
-      [](uv_handle_t* h, std::size_t, uv_buf_t* b) {
-        auto* cc = static_cast<Connection*>(h->data);
-        *b = uv_buf_init(cc->buf, sizeof cc->buf);
-      },
-      [](uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
-        auto* cc = static_cast<Connection*>(s->data);
-        if (n < 0) {
-          cc->close();
-          return;
-        }
-        if (n > 0) cc->on_data(b->base, static_cast<std::size_t>(n));
-      });
+  const auto open = static_cast<std::size_t>(std::count_if(
+      self->connections_.begin(), self->connections_.end(), [](const auto& p) { return !p->closing; }));
+  if (open > self->limits_.max_connections && !self->make_room(conn)) {
+    conn->close();  // every other connection is busy with a request: this one is closed at once
+    return;
+  }
+  conn->start();
+}
+
+bool HttpServer::make_room(Connection* keep) {
+  // Oldest first (connections_ is in accept order): a connection that only
+  // waits for the client's FIN loses nothing; then one that has not sent its
+  // headers, so an operator who connects and asks at once always gets in.
+  Connection* victim = nullptr;
+  for (const auto& p : connections_) {
+    Connection* c = p.get();
+    if (c == keep || c->closing) continue;
+    if (c->phase == Connection::Phase::lingering) {
+      victim = c;
+      break;
+    }
+    if (c->phase == Connection::Phase::headers && victim == nullptr) victim = c;
+  }
+  if (victim == nullptr) return false;
+  if (victim->phase == Connection::Phase::headers) {
+    g_full.warn("admin: " + std::to_string(limits_.max_connections) +
+                " connections open: closed the oldest one without a request (from " + victim->parser.request().peer +
+                ") to make room");
+  }
+  victim->close();
+  return true;
 }
 
 void HttpServer::finished(Connection* c) {

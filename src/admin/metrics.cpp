@@ -100,6 +100,45 @@ void per_listener(Writer& w, const Snapshot& snap, std::string_view name, std::s
   for (const ListenerView& l : snap.listeners) w.sample(name, {{"listener", l.config->name}}, value(*l.stats));
 }
 
+// The _bucket (cumulative), _sum and _count samples of one histogram series.
+template <std::size_t N>
+void histogram(Writer& w, const std::string& name, const Labels& labels, const Histogram<N>& h) {
+  const std::string bucket = name + "_bucket";
+  Labels with_le = labels;
+  with_le.emplace_back("le", "");
+  double cumulative = 0;
+  for (std::size_t b = 0; b <= N; ++b) {
+    cumulative += static_cast<double>(h.bucket(b));
+    const std::string le = b < N ? number(h.bounds()[b]) : "+Inf";
+    with_le.back().second = le;
+    w.sample(bucket, with_le, cumulative);
+  }
+  w.sample(name + "_sum", labels, h.sum_seconds());
+  w.sample(name + "_count", labels, cumulative);  // equal to the +Inf bucket, as the format requires
+}
+
+// Each upstream's server count (DNS changes it) and the resolver's counters.
+void dns_metrics(Writer& w, const Snapshot& snap, const ProcessInfo& info) {
+  w.family("sluice_upstream_servers", "gauge", "Servers of the upstream now (from the file and from DNS).");
+  for (const auto& [uname, up] : snap.upstreams) w.sample("sluice_upstream_servers", {{"upstream", uname}}, up->size());
+  if (!info.dns.enabled) return;
+  w.family("sluice_dns_queries_total", "counter", "DNS queries sent for discovered servers.");
+  w.sample("sluice_dns_queries_total", {}, info.dns.queries);
+  w.family("sluice_dns_errors_total", "counter",
+           "DNS queries that failed, by kind (nxdomain, timeout, servfail, refused, network, other).");
+  for (std::string_view kind : {"nxdomain", "timeout", "servfail", "refused", "network", "other"}) {
+    const auto it = info.dns.errors.find(std::string(kind));
+    w.sample("sluice_dns_errors_total", {{"kind", kind}}, it != info.dns.errors.end() ? it->second : 0);
+  }
+  w.family("sluice_dns_changes_total", "counter", "DNS answers that changed an upstream's servers.");
+  w.sample("sluice_dns_changes_total", {}, info.dns.changes);
+  w.family("sluice_dns_entry_servers", "gauge", "Servers each discovery entry gives now (held ones included).");
+  for (const DnsEntryStatus& e : info.dns.entries) {
+    w.sample("sluice_dns_entry_servers", {{"upstream", e.upstream}, {"name", e.name}},
+             static_cast<std::uint64_t>(e.servers.size()));
+  }
+}
+
 }  // namespace
 
 std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoint now) {
@@ -146,6 +185,42 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
     }
   }
 
+  w.family("sluice_listener_session_seconds", "histogram",
+           "How long client connections lasted, from accept to close (those refused by policy left out).");
+  for (const ListenerView& l : snap.listeners) {
+    histogram(w, "sluice_listener_session_seconds", {{"listener", l.config->name}}, l.stats->session_seconds);
+  }
+  // Per SNI route: the routes the file configures (and the default), never
+  // the names clients send, so the series are as many as the routes.
+  struct RouteSeries {
+    const std::string* listener;
+    std::string route;
+    const std::string* upstream;
+    const RouteStats* stats;
+  };
+  std::vector<RouteSeries> routes;
+  static const std::string kDefault = "(default)";
+  for (const ListenerView& l : snap.listeners) {
+    if (!l.default_route_stats) continue;
+    for (std::size_t r = 0; r < l.route_stats.size(); ++r) {
+      routes.push_back({&l.config->name, l.config->routes[r].sni, &l.config->routes[r].upstream,
+                        l.route_stats[r].get()});
+    }
+    routes.push_back({&l.config->name, kDefault, &l.config->default_upstream, l.default_route_stats.get()});
+  }
+  const auto per_route = [&](std::string_view name, std::string_view help, auto value) {
+    w.family(name, "counter", help);
+    for (const RouteSeries& r : routes) {
+      w.sample(name, {{"listener", *r.listener}, {"route", r.route}, {"upstream", *r.upstream}}, value(*r.stats));
+    }
+  };
+  per_route("sluice_route_sessions_total", "Sessions a preread sent by this SNI route (route=\"(default)\": the default).",
+            [](const RouteStats& r) { return load(r.sessions); });
+  per_route("sluice_route_bytes_in_total", "Bytes delivered from clients to servers on this route (at session end).",
+            [](const RouteStats& r) { return load(r.bytes_in); });
+  per_route("sluice_route_bytes_out_total", "Bytes delivered from servers to clients on this route (at session end).",
+            [](const RouteStats& r) { return load(r.bytes_out); });
+
   per_server(w, snap, "sluice_server_up", "gauge", "1 when the server may get new sessions now, else 0.",
              [now](const Upstream& u, std::size_t i) { return u.server(i).eligible(now) ? 1.0 : 0.0; });
   per_server(w, snap, "sluice_server_weight", "gauge", "Weight (the admin override, else the file's).",
@@ -164,6 +239,46 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
              [](const Upstream& u, std::size_t i) { return load(u.server(i).bytes_in); });
   per_server(w, snap, "sluice_server_bytes_out_total", "counter", "Bytes delivered from the server to clients.",
              [](const Upstream& u, std::size_t i) { return load(u.server(i).bytes_out); });
+
+  per_server(w, snap, "sluice_server_peak_sessions", "gauge", "Most sessions with the server at once since start.",
+             [](const Upstream& u, std::size_t i) {
+               return static_cast<double>(u.server(i).peak_active.load(std::memory_order_relaxed));
+             });
+  per_server(w, snap, "sluice_server_downtime_seconds_total", "counter",
+             "Time the server spent down by health (not drained or disabled).",
+             [now](const Upstream& u, std::size_t i) {
+               return std::chrono::duration<double>(u.server(i).downtime(now)).count();
+             });
+
+  // Active checks: only for the servers of upstreams that have them.
+  w.family("sluice_server_check_success", "gauge",
+           "1 when the server's last active check passed, 0 when it failed or could not run.");
+  for (const auto& [uname, up] : snap.upstreams) {
+    if (!up->config().health) continue;
+    for (std::size_t i = 0; i < up->size(); ++i) {
+      const ServerState::LastCheck c = up->server(i).last_check();
+      if (c.result == CheckResult::none) continue;
+      w.sample("sluice_server_check_success", {{"upstream", uname}, {"server", up->server(i).address.text}},
+               c.result == CheckResult::pass ? 1.0 : 0.0);
+    }
+  }
+  w.family("sluice_server_check_failures_total", "counter", "Active checks the server failed.");
+  for (const auto& [uname, up] : snap.upstreams) {
+    if (!up->config().health) continue;
+    for (std::size_t i = 0; i < up->size(); ++i) {
+      w.sample("sluice_server_check_failures_total", {{"upstream", uname}, {"server", up->server(i).address.text}},
+               load(up->server(i).check_failures));
+    }
+  }
+  w.family("sluice_server_check_seconds", "histogram",
+           "How long active checks took (passed or failed; not those sluice itself could not run).");
+  for (const auto& [uname, up] : snap.upstreams) {
+    if (!up->config().health) continue;
+    for (std::size_t i = 0; i < up->size(); ++i) {
+      const ServerState& st = up->server(i);
+      histogram(w, "sluice_server_check_seconds", {{"upstream", uname}, {"server", st.address.text}}, st.check_seconds);
+    }
+  }
 
   w.family("sluice_server_connect_seconds", "histogram", "Time to connect to the server (successful connects).");
   for (const auto& [uname, up] : snap.upstreams) {
@@ -186,6 +301,7 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
                cumulative);  // equal to the +Inf bucket, as the format requires
     }
   }
+  dns_metrics(w, snap, info);
   return w.take();
 }
 

@@ -47,6 +47,13 @@ const http_parser_settings& RequestParser::settings() {
     x.on_headers_complete = [](http_parser* p) {
       RequestParser* r = of(p);
       if (r->in_value_) r->flush_header();
+      r->request_.method = http_method_str(static_cast<http_method>(p->method));
+      const auto q = r->request_.path.find('?');
+      if (q != std::string::npos) {
+        r->request_.query = r->request_.path.substr(q + 1);
+        r->request_.path.resize(q);
+      }
+      r->headers_done_ = true;
       if ((p->flags & F_CONTENTLENGTH) != 0 && p->content_length > r->max_body_bytes_) {
         r->reject_ = 413;
         return -1;
@@ -97,12 +104,6 @@ RequestParser::State RequestParser::feed(const char* data, std::size_t n) {
   http_parser_execute(&parser_, &settings(), data, n);
   last_error_ = HTTP_PARSER_ERRNO(&parser_);
   if (complete_) {
-    request_.method = http_method_str(static_cast<http_method>(parser_.method));
-    const auto q = request_.path.find('?');
-    if (q != std::string::npos) {
-      request_.query = request_.path.substr(q + 1);
-      request_.path.resize(q);
-    }
     state_ = State::complete;
   } else if (reject_ != 0) {
     state_ = State::rejected;

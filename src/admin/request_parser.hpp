@@ -39,7 +39,13 @@ class RequestParser {
   State feed(const char* data, std::size_t n);
   State state() const { return state_; }
 
-  // The request; method, path and query are filled in once complete.
+  // True once the request line and every header are in (also when the body
+  // is still to come, or the request was then rejected for its body): the
+  // caller may decide on the headers alone, e.g. authenticate before the body.
+  bool headers_complete() const { return headers_done_; }
+
+  // The request; method, path, query and headers are filled in once
+  // headers_complete(), the body once complete.
   Request& request() { return request_; }
   const Request& request() const { return request_; }
 
@@ -69,6 +75,7 @@ class RequestParser {
   std::string value_;  // its value so far
   bool in_value_ = false;
   std::size_t header_bytes_ = 0;
+  bool headers_done_ = false;
   bool complete_ = false;
   int reject_ = 0;
   std::string detail_;

@@ -1,4 +1,5 @@
-// GET /status (JSON) and the status page (GET /), both from the same data.
+// GET /status, GET /upstreams/U and GET /upstreams/U/servers/ADDR: the JSON
+// documents (the status page, status_page.cpp, renders the first).
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,15 @@ std::uint64_t relaxed(const std::atomic<std::uint64_t>& a) { return a.load(std::
 nlohmann::json server_json(const Upstream& up, std::size_t i, TimePoint now) {
   const ServerState& s = up.server(i);
   const ServerState::Status st = s.status(now);
+  const ServerState::LastCheck check = s.last_check();
+  nlohmann::json last_check = nullptr;
+  if (check.result != CheckResult::none) {
+    last_check = {{"type", check.type},
+                  {"result", std::string(to_string(check.result))},
+                  {"seconds", check.seconds},
+                  {"at_ms", check.at_ms},
+                  {"reason", check.reason}};
+  }
   return {
       {"address", s.address.text},
       {"weight", up.base_weight(i)},
@@ -35,6 +45,7 @@ nlohmann::json server_json(const Upstream& up, std::size_t i, TimePoint now) {
       {"effective_weight", up.effective_weight(i, now)},
       {"max_conns", up.member(i).config.max_conns},
       {"backup", up.member(i).config.backup},
+      {"from", up.member(i).config.from},
       {"state", st.state},
       {"reason", st.reason},
       {"since_ms", st.since_ms},
@@ -43,12 +54,46 @@ nlohmann::json server_json(const Upstream& up, std::size_t i, TimePoint now) {
       {"passive", st.passive},
       {"passive_failures", st.passive_fails},
       {"active", s.active.load(std::memory_order_relaxed)},
+      {"peak_active", s.peak_active.load(std::memory_order_relaxed)},
       {"total_sessions", relaxed(s.total_sessions)},
       {"failures", relaxed(s.total_failures)},
       {"bytes_in", relaxed(s.bytes_in)},
       {"bytes_out", relaxed(s.bytes_out)},
       {"last_connect_ms", s.last_connect_ms.load(std::memory_order_relaxed)},
+      {"last_check", std::move(last_check)},
+      {"check_failures", relaxed(s.check_failures)},
+      {"down_count", s.down_count()},
+      {"downtime_seconds", std::chrono::duration<double>(s.downtime(now)).count()},
   };
+}
+
+nlohmann::json upstream_json(const Upstream& up, TimePoint now) {
+  nlohmann::json servers = nlohmann::json::array();
+  for (std::size_t i = 0; i < up.size(); ++i) servers.push_back(server_json(up, i, now));
+  return {{"name", up.name()}, {"balance", balance_name(up.config().balance)}, {"servers", std::move(servers)}};
+}
+
+// The "discovery" section: the resolver's counters and each entry whose
+// servers come from DNS.
+nlohmann::json dns_json(const DnsStatus& dns) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const DnsEntryStatus& e : dns.entries) {
+    entries.push_back({
+        {"upstream", e.upstream},
+        {"entry", e.entry},
+        {"type", e.type},
+        {"name", e.name},
+        {"addresses", e.servers},
+        {"held", e.held},
+        {"ttl_seconds", e.ttl_seconds},
+        {"next_refresh_ms", e.next_refresh_ms},
+        {"last_answer_ms", e.last_answer_ms},
+        {"last_error", e.last_error},
+        {"last_error_ms", e.last_error_ms},
+    });
+  }
+  return {{"enabled", dns.enabled}, {"nameservers", dns.nameservers}, {"queries", dns.queries},
+          {"errors", dns.errors},   {"changes", dns.changes},         {"entries", std::move(entries)}};
 }
 
 nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now,
@@ -74,16 +119,35 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
       if (n != 0) closed[std::string(to_string(static_cast<Cause>(c)))] = n;
     }
     auto addr = info.listener_addresses.find(l.config->name);
-    listeners.push_back({
+    nlohmann::json listener = {
         {"name", l.config->name},
         {"address", addr != info.listener_addresses.end() ? addr->second : l.config->listen.text},
         {"upstream", l.config->upstream},
         {"active", relaxed(l.stats->active)},
+        {"peak_active", relaxed(l.stats->peak_active)},
+        {"max_connections", l.config->max_connections},
         {"accepted", relaxed(l.stats->accepted)},
         {"bytes_in", relaxed(l.stats->bytes_in)},
         {"bytes_out", relaxed(l.stats->bytes_out)},
         {"closed", std::move(closed)},
-    });
+    };
+    if (l.default_route_stats) {
+      // The configured routes (never the names clients sent), then the default.
+      nlohmann::json routes = nlohmann::json::array();
+      const auto route = [](std::string_view sni, std::string_view upstream, const RouteStats& rs) {
+        return nlohmann::json{{"sni", sni},
+                              {"upstream", upstream},
+                              {"sessions", relaxed(rs.sessions)},
+                              {"bytes_in", relaxed(rs.bytes_in)},
+                              {"bytes_out", relaxed(rs.bytes_out)}};
+      };
+      for (std::size_t r = 0; r < l.route_stats.size(); ++r) {
+        routes.push_back(route(l.config->routes[r].sni, l.config->routes[r].upstream, *l.route_stats[r]));
+      }
+      listener["routes"] = std::move(routes);
+      listener["default_route"] = route("", l.config->default_upstream, *l.default_route_stats);
+    }
+    listeners.push_back(std::move(listener));
   }
   doc["listeners"] = std::move(listeners);
 
@@ -91,135 +155,11 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
   for (const auto& [uname, uc] : snapshot.config->upstreams) {
     const Upstream* up = snapshot.find_upstream(uc.name);
     if (up == nullptr) continue;
-    nlohmann::json servers = nlohmann::json::array();
-    for (std::size_t i = 0; i < up->size(); ++i) servers.push_back(server_json(*up, i, now));
-    upstreams.push_back({{"name", uc.name}, {"balance", balance_name(uc.balance)}, {"servers", std::move(servers)}});
+    upstreams.push_back(upstream_json(*up, now));
   }
   doc["upstreams"] = std::move(upstreams);
+  doc["discovery"] = dns_json(info.dns);
   return doc;
-}
-
-namespace {
-
-std::string html_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string text(const nlohmann::json& v) {
-  if (v.is_string()) return html_escape(v.get<std::string>());
-  if (v.is_number_float()) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f", v.get<double>());
-    return buf;
-  }
-  return html_escape(v.dump());
-}
-
-// "1.2 MB" style, for byte counts.
-std::string bytes(std::uint64_t n) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
-  return buf;
-}
-
-constexpr const char* kStyle = R"(
-body{font:14px/1.4 system-ui,sans-serif;margin:0;padding:12px;background:#f6f7f9;color:#1d232b}
-h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:18px 0 6px}
-.meta{color:#566;margin-bottom:8px;overflow-wrap:anywhere}.bad{color:#b00020}
-.wrap{overflow-x:auto;background:#fff;border:1px solid #d8dde3;border-radius:6px}
-table{border-collapse:collapse;width:100%;white-space:nowrap}
-th,td{padding:5px 8px;border-bottom:1px solid #e6e9ed;text-align:left}
-th{background:#eef1f4;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
-tr.state-up td.s{background:#d7f5dd}tr.state-down td.s{background:#ffd6d6}
-tr.state-drained td.s{background:#fff2c2}tr.state-disabled td.s{background:#dedede}
-tr.state-down{background:#fff5f5}
-)";
-
-}  // namespace
-
-std::string status_page(const nlohmann::json& s, const std::map<std::string, double>& rates) {
-  std::string h;
-  h.reserve(8192);
-  h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-       "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
-       "<meta http-equiv=\"refresh\" content=\"5\"><title>sluice status</title><style>";
-  h += kStyle;
-  h += "</style></head><body>\n<h1>sluice " + text(s["version"]) + "</h1>\n";
-  h += "<div class=\"meta\">up " + text(s["uptime_seconds"]) + " s &middot; configuration generation " +
-       text(s["config"]["generation"]) + " from <code>" + text(s["config"]["file"]) + "</code> &middot; " +
-       text(s["connections"]) + " open connection(s)</div>\n";
-  const auto& lr = s["last_reload"];
-  if (lr["attempted"].get<bool>()) {
-    const bool ok = lr["ok"].get<bool>();
-    h += std::string("<div class=\"meta") + (ok ? "" : " bad") + "\" id=\"last-reload\">last reload (" +
-         text(lr["origin"]) + "): " + (ok ? "succeeded" : "FAILED") + ": " + text(lr["message"]) + "</div>\n";
-  } else {
-    h += "<div class=\"meta\" id=\"last-reload\">no reload since start</div>\n";
-  }
-  // Absent from a document without it (the renderer takes any status JSON).
-  if (const auto rd = s.find("readiness"); rd != s.end() && !(*rd)["ready"].get<bool>()) {
-    h += "<div class=\"meta bad\" id=\"readiness\">not ready (GET /ready answers 503): " + text((*rd)["reason"]) +
-         "</div>\n";
-  }
-
-  h += "<h2>Listeners</h2><div class=\"wrap\"><table id=\"listeners\"><tr><th>name</th><th>address</th>"
-       "<th>upstream</th><th>active</th><th>accepted</th><th>conn/s</th><th>in</th><th>out</th><th>closed by cause</th></tr>\n";
-  for (const auto& l : s["listeners"]) {
-    const std::string name = l["name"].get<std::string>();
-    auto r = rates.find(name);
-    std::string closed;
-    for (const auto& [cause, n] : l["closed"].items()) {
-      if (!closed.empty()) closed += ", ";
-      closed += html_escape(cause) + " " + text(n);
-    }
-    char rate[32] = "&ndash;";
-    if (r != rates.end()) std::snprintf(rate, sizeof rate, "%.1f", r->second);
-    h += "<tr data-listener=\"" + html_escape(name) + "\"><td>" + html_escape(name) + "</td><td>" +
-         text(l["address"]) + "</td><td>" + text(l["upstream"]) + "</td><td class=\"n\">" + text(l["active"]) +
-         "</td><td class=\"n\">" + text(l["accepted"]) + "</td><td class=\"n\">" + rate + "</td><td class=\"n\">" +
-         bytes(l["bytes_in"].get<std::uint64_t>()) + "</td><td class=\"n\">" +
-         bytes(l["bytes_out"].get<std::uint64_t>()) + "</td><td>" + closed + "</td></tr>\n";
-  }
-  h += "</table></div>\n";
-
-  for (const auto& u : s["upstreams"]) {
-    h += "<h2>Upstream " + text(u["name"]) + " <small>(" + text(u["balance"]) + ")</small></h2>"
-         "<div class=\"wrap\"><table class=\"upstream\" data-upstream=\"" + text(u["name"]) + "\"><tr><th>server</th>"
-         "<th>state</th><th>reason</th><th>weight</th><th>effective</th><th>active</th><th>sessions</th>"
-         "<th>failures</th><th>in</th><th>out</th></tr>\n";
-    for (const auto& sv : u["servers"]) {
-      const std::string state = sv["state"].get<std::string>();
-      h += "<tr class=\"state-" + html_escape(state) + "\" data-server=\"" + text(sv["address"]) + "\"><td>" +
-           text(sv["address"]) + (sv["backup"].get<bool>() ? " (backup)" : "") + "</td><td class=\"s\">" +
-           html_escape(state) + "</td><td>" + text(sv["reason"]) + "</td><td class=\"n\">" + text(sv["weight"]) +
-           "</td><td class=\"n\">" + text(sv["effective_weight"]) + "</td><td class=\"n\">" + text(sv["active"]) +
-           "</td><td class=\"n\">" + text(sv["total_sessions"]) + "</td><td class=\"n\">" + text(sv["failures"]) +
-           "</td><td class=\"n\">" + bytes(sv["bytes_in"].get<std::uint64_t>()) + "</td><td class=\"n\">" +
-           bytes(sv["bytes_out"].get<std::uint64_t>()) + "</td></tr>\n";
-    }
-    h += "</table></div>\n";
-  }
-  h += "</body></html>\n";
-  return h;
 }
 
 }  // namespace sluice::admin

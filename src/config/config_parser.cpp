@@ -18,6 +18,7 @@
 
 #include <toml++/toml.h>
 
+#include "config/discovery_parser.hpp"
 #include "config/health_parser.hpp"
 #include "config/quote.hpp"
 #include "config/table_reader.hpp"
@@ -108,18 +109,8 @@ std::string normalize_sni(std::string_view text) {
   std::string out = normalize_host(text);
   std::string_view host = out;
   if (host.starts_with("*.")) host.remove_prefix(2);
-  if (host.empty() || host.size() > 253) return {};
-  std::size_t label = 0;
-  for (char c : host) {
-    if (c == '.') {
-      if (label == 0) return {};
-      label = 0;
-      continue;
-    }
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-    if (!ok || ++label > 63) return {};
-  }
-  if (label == 0) return {};
+  // The same rule as the names discovery asks for.
+  if (config_detail::normalize_dns_name(host).empty()) return {};
   return out;
 }
 
@@ -187,7 +178,7 @@ class Parser {
     Config config;
     config.path = path_;
     TableReader top(root_, "top level", path_);
-    top.reject_unknown_keys({"global", "admin", "listener", "upstream"});
+    top.reject_unknown_keys({"global", "admin", "listener", "upstream", "resolver"});
 
     if (const toml::node* global = top.get("global")) {
       const auto* table = global->as_table();
@@ -201,6 +192,12 @@ class Parser {
       const auto* table = admin->as_table();
       if (table == nullptr) top.fail_type("admin", *admin, "a table ([admin])");
       parse_admin(*table, config.admin);
+    }
+
+    if (const toml::node* resolver = top.get("resolver")) {
+      const auto* table = resolver->as_table();
+      if (table == nullptr) top.fail_type("resolver", *resolver, "a table ([resolver])");
+      config.resolver = config_detail::parse_resolver(*table, path_);
     }
 
     // Upstreams first so listener references can be checked where they are written.
@@ -390,7 +387,10 @@ class Parser {
             "proxy_protocol", {{"none", ProxyProtocol::none}, {"v1", ProxyProtocol::v1}, {"v2", ProxyProtocol::v2}})) {
       u.proxy_protocol = *v;
     }
-    if (auto v = r.duration("drain_timeout", true)) u.drain_timeout = *v;
+    if (auto v = r.duration("drain_timeout", true)) {
+      u.drain_timeout = *v;
+      u.drain_timeout_set = true;
+    }
 
     const toml::node& servers_node = r.require("servers");
     const toml::array* servers = r.array("servers", "an array of tables like [{ address = \"10.0.0.1:5432\" }]");
@@ -403,8 +403,13 @@ class Parser {
         fail_at(path_, node.source(), server_context,
                 "must be a table like { address = \"10.0.0.1:5432\" }, got " + describe(node));
       }
+      if (config_detail::is_discovered_entry(*table_node)) {
+        add_discovered(u, config_detail::parse_discovered_entry(*table_node, server_context, path_, hashing),
+                       *table_node, server_context);
+        continue;
+      }
       TableReader s(*table_node, server_context, path_);
-      s.reject_unknown_keys({"address", "weight", "max_conns", "backup"});
+      s.reject_unknown_keys({"address", "resolve", "weight", "max_conns", "backup"});
       ServerConfig server;
       const toml::node& address_node = s.require("address");
       server.address = *s.address("address", false);
@@ -439,6 +444,20 @@ class Parser {
       }
     }
     return u;
+  }
+
+  // Two entries of one upstream must not ask for the same name (they would
+  // give the same servers twice).
+  void add_discovered(UpstreamConfig& u, DiscoveredEntry e, const toml::table& table, const std::string& context) {
+    for (const DiscoveredEntry& other : u.discovered) {
+      if (other.kind == e.kind && other.name == e.name && other.port == e.port) {
+        const TableReader r(table, context, path_);
+        const std::string key = e.kind == DiscoveryKind::service ? "service" : "address";
+        r.fail(*r.get(key), key + " " + quote(e.text) + " is already discovered by another entry of this upstream (" +
+                                quote(other.text) + ")");
+      }
+    }
+    u.discovered.push_back(std::move(e));
   }
 
   static std::optional<AllDown> all_down_of(const TableReader& r) {

@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -101,6 +102,28 @@ std::string write_file_synced(const std::string& path, std::string_view text, co
   return err;
 }
 
+// The file `path` names once every symbolic link in its last component is
+// followed (a relative link is relative to the link's directory). A link
+// that points nowhere yields where it points; a loop of links yields the last
+// name reached.
+std::string through_links(std::string path) {
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return path;
+    std::string to(static_cast<std::size_t>(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
+    const ssize_t n = ::readlink(path.c_str(), to.data(), to.size());
+    if (n < 0 || static_cast<std::size_t>(n) >= to.size()) return path;
+    to.resize(static_cast<std::size_t>(n));
+    if (to.empty()) return path;
+    if (to.front() != '/') {
+      const std::size_t slash = path.rfind('/');
+      to = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + to;
+    }
+    path = std::move(to);
+  }
+  return path;
+}
+
 struct Drain {
   uv_timer_t timer{};
   Control* control = nullptr;
@@ -148,6 +171,7 @@ bool Control::start() {
           close_sessions(std::move(server), Cause::server_down);
         }
       });
+  start_discovery(config);
   uv_async_init(loop_, &stopped_async_, on_stopped_async);
   stopped_async_.data = this;
   for (unsigned w = 0; w < nworkers_; ++w) workers_.push_back(std::make_unique<Worker>(w, &stopped_async_));
@@ -170,6 +194,7 @@ bool Control::start() {
   if (!r.ok) {
     close_signal_fd();
     if (admin_http_) admin_http_->close([] {});
+    if (discovery_) discovery_->stop([] {});
     spdlog::critical("{}", r.message);
     for (auto& w : workers_) w->post(WorkerCommand::of(WorkerCommand::Kind::stop));
     for (auto& w : workers_) w->start();
@@ -202,10 +227,23 @@ ReloadResult Control::reload_from_file() {
 ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   ReloadResult result;
   const unsigned want_workers = config->global.workers != 0 ? config->global.workers : uv_available_parallelism();
-  std::string notes;
+  // Settings only a restart changes keep their running values; the answer
+  // and the log list them.
+  std::vector<std::string> waiting;
   if (snapshot_ && want_workers != nworkers_) {
-    notes = "; workers = " + std::to_string(config->global.workers) +
-            " needs a restart (still running " + std::to_string(nworkers_) + ")";
+    result.restart_required.push_back("global.workers");
+    waiting.push_back("global.workers (still " + std::to_string(nworkers_) + ")");
+  }
+
+  // A new error_log is opened before anything else is: a path that cannot
+  // be opened fails the reload, and the error log stays where it was.
+  std::optional<LogOutput> error_log;
+  if (snapshot_ && config->global.error_log != snapshot_->config->global.error_log) {
+    try {
+      error_log.emplace(config->global.error_log);
+    } catch (const std::exception& e) {
+      return {false, "[global] error_log \"" + config->global.error_log + "\" cannot be opened: " + e.what()};
+    }
   }
 
   // Match listeners to the sockets already open (by address), open the rest.
@@ -244,7 +282,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
 
   std::shared_ptr<const Snapshot> snap;
   try {
-    snap = Snapshot::build(config, registry_, generation_ + 1);
+    snap = Snapshot::build(with_discovered(config), registry_, generation_ + 1);
   } catch (const std::exception& e) {
     close_fresh();
     return {false, e.what()};
@@ -283,20 +321,69 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
   if (before) drain_removed(*before, *snapshot_);
+  configure_discovery(config);
 
   loaded_at_ms_ = wall_ms();
-  if (admin_api_) {
-    const AdminConfig& a = snapshot_->config->admin;
-    if (a.enabled != admin_config_.enabled || a.listen.port != admin_config_.listen.port ||
-        !same_ip(a.listen.addr, admin_config_.listen.addr)) {
-      notes += "; the admin API's listen address changes only with a restart (still " + admin_http_->bound() + ")";
+  if (before) {
+    apply_admin_changes(snapshot_->config->admin, result.restart_required, waiting);
+    if (error_log) {
+      // In the old destination, so that whoever reads it knows where to look.
+      spdlog::info("error log moves to {}", error_log->target());
+      set_error_log_output(std::move(*error_log));
     }
-    admin_api_->set_token(a.token);  // a new token_file takes effect now
+    set_error_log_level(config->global.log_level);
   }
 
   result.ok = true;
-  result.message = "configuration generation " + std::to_string(generation_) + " loaded from " + config->path + notes;
+  result.message = "configuration generation " + std::to_string(generation_) + " loaded from " + config->path;
+  if (!waiting.empty()) {
+    result.message += "; needs a restart to take effect: ";
+    for (std::size_t i = 0; i < waiting.size(); ++i) result.message += (i > 0 ? ", " : "") + waiting[i];
+  }
   return result;
+}
+
+// The admin API's listener starts and stops only with the process, and its
+// token guards that listener: a reload may change the token while the
+// listener stays as it is, but never turn authentication off, and a token
+// written for another listener (or a removed [admin]) waits for the restart
+// that brings that listener. Until then the running token stays in force.
+void Control::apply_admin_changes(const AdminConfig& a, std::vector<std::string>& restart_required,
+                                  std::vector<std::string>& waiting) {
+  if (!admin_api_) {
+    if (a.enabled) {
+      restart_required.push_back("admin");
+      waiting.push_back("admin (the admin API is started only at start-up)");
+    }
+    return;
+  }
+  const std::string running = admin_http_->bound();
+  if (!a.enabled) {
+    restart_required.push_back("admin");
+    waiting.push_back("admin (the admin API keeps running on " + running + ", with its token, until a restart)");
+    return;
+  }
+  const bool same_listener =
+      a.listen.port == admin_config_.listen.port && same_ip(a.listen.addr, admin_config_.listen.addr);
+  if (!same_listener) {
+    restart_required.push_back("admin.listen");
+    waiting.push_back("admin.listen (still " + running + ")");
+    if (a.token != admin_token_) {
+      restart_required.push_back("admin.token_file");
+      waiting.push_back("admin.token_file (the running token stays with the running listener)");
+    }
+    return;
+  }
+  if (a.token.empty() && !admin_token_.empty()) {
+    restart_required.push_back("admin.token_file");
+    waiting.push_back("admin.token_file (removing it turns authentication off only at a restart; the running "
+                      "token stays)");
+    return;
+  }
+  if (a.token != admin_token_) {
+    admin_token_ = a.token;
+    admin_api_->set_token(admin_token_);  // a new token_file takes effect now
+  }
 }
 
 // Servers that the new configuration no longer has: their sessions go on, or
@@ -314,11 +401,15 @@ void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
     }
     if (gone.empty()) continue;
     // The new file's word counts: a reload that removes a server may also
-    // set the drain_timeout it should get. Then the upstream's old value,
-    // then [global] drain_timeout.
+    // set the drain_timeout it should get (the upstream's own, or else the
+    // new [global] one: the loader has applied that default already). For
+    // an upstream the new file drops, its own value from the old file, or
+    // else the new [global] drain_timeout. "0s" written on an upstream
+    // means what it says: the sessions finish on their own.
     const Upstream* now_up = after.find_upstream(name);
-    Duration timeout = now_up != nullptr ? now_up->config().drain_timeout : up->config().drain_timeout;
-    if (timeout.count() <= 0) timeout = after.config->global.drain_timeout;
+    const Duration timeout = now_up != nullptr                ? now_up->config().drain_timeout
+                             : up->config().drain_timeout_set ? up->config().drain_timeout
+                                                              : after.config->global.drain_timeout;
     for (const auto& s : gone) {
       spdlog::info("upstream \"{}\" server {} removed; its {} session(s) {}", name, s->address.text,
                    s->active.load(std::memory_order_relaxed),
@@ -351,6 +442,60 @@ void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
     // While stopping, the timer must not keep the loop alive.
     uv_unref(as_handle(&d->timer));
   }
+}
+
+void Control::start_discovery(const Config& config) {
+  discovery_ = std::make_unique<discovery::Discovery>(loop_, [this] { apply_discovered(); });
+  try {
+    discovery_->configure(config);
+  } catch (const std::exception& e) {
+    spdlog::error("DNS discovery cannot start: {}; upstreams get no server from DNS", e.what());
+    return;
+  }
+  if (!discovery_->active()) return;
+  const Duration limit = discovery::Discovery::settle_limit(config.resolver);
+  spdlog::info("DNS: asking for the servers' names (waiting at most {})", format_duration(limit));
+  discovery_->wait_settled(limit);
+}
+
+std::shared_ptr<const Config> Control::with_discovered(const std::shared_ptr<const Config>& config) const {
+  return discovery_ ? discovery_->expand(config) : config;
+}
+
+void Control::configure_discovery(const std::shared_ptr<const Config>& config) {
+  file_config_ = config;
+  if (!discovery_ || stopping_) return;
+  try {
+    discovery_->configure(*config);
+  } catch (const std::exception& e) {
+    spdlog::error("DNS discovery keeps its previous [resolver]: {}", e.what());
+  }
+}
+
+void Control::apply_discovered() {
+  if (stopping_ || !snapshot_ || !file_config_) return;
+  std::shared_ptr<const Snapshot> snap;
+  try {
+    snap = Snapshot::build(with_discovered(file_config_), registry_, generation_);
+  } catch (const std::exception& e) {
+    spdlog::error("DNS: the servers' change could not be applied: {}", e.what());
+    return;
+  }
+  std::vector<std::pair<std::uint64_t, std::string>> names;
+  for (auto& s : sockets_) names.emplace_back(s->id, s->listener);
+  // Checks first: an address DNS adds is down (initial) before any worker
+  // can pick it.
+  if (health_) health_->update(*snap);
+  for (auto& w : workers_) {
+    WorkerCommand c;
+    c.kind = WorkerCommand::Kind::update;
+    c.snapshot = snap;
+    c.names = names;
+    w->post(std::move(c));
+  }
+  std::shared_ptr<const Snapshot> before = std::move(snapshot_);
+  snapshot_ = std::move(snap);
+  drain_removed(*before, *snapshot_);
 }
 
 void Control::on_signal_fd(uv_poll_t* h, int status, int) {
@@ -422,21 +567,27 @@ ReloadResult Control::put_config(std::string_view toml) {
   ReloadResult r;
   std::shared_ptr<const Config> config;
   try {
-    config = std::make_shared<const Config>(parse_config(toml, config_path_));
+    // Errors name the body, where the mistake is, not the file on disk.
+    Config parsed = parse_config(toml, "PUT /config body");
+    parsed.path = config_path_;
+    config = std::make_shared<const Config>(std::move(parsed));
   } catch (const ConfigError& e) {
     r = {false, e.what()};
   }
   // Written next to the file first, renamed over it only once the new
-  // configuration runs: the file and the running state never disagree.
-  const std::string tmp = config_path_ + ".new." + std::to_string(::getpid());
+  // configuration runs: the file and the running state never disagree. When
+  // the configuration path is a symbolic link, the file it points to is
+  // replaced and the link stays.
+  const std::string target = through_links(config_path_);
+  const std::string tmp = target + ".new." + std::to_string(::getpid());
   if (config) {
     notify_systemd("RELOADING=1");
-    if (std::string err = write_file_synced(tmp, toml, config_path_); !err.empty()) {
+    if (std::string err = write_file_synced(tmp, toml, target); !err.empty()) {
       r = {false, "cannot write " + tmp + ": " + err};
     } else {
       r = apply(std::move(config));
-      if (r.ok && ::rename(tmp.c_str(), config_path_.c_str()) != 0) {
-        r.message += "; but replacing " + config_path_ + " failed: " + std::strerror(errno) +
+      if (r.ok && ::rename(tmp.c_str(), target.c_str()) != 0) {
+        r.message += "; but replacing " + target + " failed: " + std::strerror(errno) +
                      " (the running configuration differs from the file)";
       }
       ::unlink(tmp.c_str());
@@ -450,6 +601,11 @@ void Control::record_reload(std::string_view origin, const ReloadResult& r) {
   if (r.ok) {
     ++reloads_ok_;
     spdlog::info("reload succeeded: {}", r.message);
+    if (!r.restart_required.empty()) {
+      std::string keys;
+      for (const std::string& k : r.restart_required) keys += (keys.empty() ? "" : ", ") + k;
+      spdlog::warn("these settings take effect only after a restart: {} (the running values stay until then)", keys);
+    }
   } else {
     ++reloads_failed_;
     spdlog::error("reload failed, the running configuration is unchanged: {}", r.message);
@@ -560,6 +716,7 @@ admin::ProcessInfo Control::process_info() const {
                        : healthcheck_failed_ ? "failed by POST /healthcheck/fail"
                                              : "";
   p.ready_since_ms = ready_since_ms_ != 0 ? ready_since_ms_ : started_at_ms_;
+  if (discovery_) p.dns = discovery_->status();
   return p;
 }
 
@@ -572,21 +729,23 @@ std::string Control::start_admin(const Config& config) {
   hooks.reload = [this] {
     if (stopping_) return admin::Outcome{false, "sluice is stopping: reload refused"};
     const ReloadResult r = reload("POST /reload");
-    return admin::Outcome{r.ok, r.message};
+    return admin::Outcome{r.ok, r.message, r.restart_required};
   };
   hooks.put_config = [this](std::string_view toml) {
     if (stopping_) return admin::Outcome{false, "sluice is stopping: configuration refused"};
     const ReloadResult r = put_config(toml);
-    return admin::Outcome{r.ok, r.message};
+    return admin::Outcome{r.ok, r.message, r.restart_required};
   };
   hooks.close_sessions = [this](std::shared_ptr<const ServerState> server, Cause cause) {
     close_sessions(std::move(server), cause);
   };
   hooks.set_ready = [this](bool ok, const std::string& by) { return set_healthcheck(ok, by); };
   admin_api_ = std::make_unique<admin::AdminApi>(std::move(hooks));
-  admin_api_->set_token(config.admin.token);
+  admin_token_ = config.admin.token;
+  admin_api_->set_token(admin_token_);
   admin_http_ = std::make_unique<admin::HttpServer>(
       loop_, [this](const admin::Request& req) { return admin_api_->handle(req); });
+  admin_http_->set_gate([this](const admin::Request& req) { return admin_api_->authorize(req); });
   if (std::string err = admin_http_->listen(config.admin.listen); !err.empty()) return "[admin] " + err;
   spdlog::info("admin API listening on {}", admin_http_->bound());
   return {};
@@ -608,6 +767,7 @@ void Control::reopen_logs() {
 void Control::on_tick(uv_timer_t* t) {
   auto* c = static_cast<Control*>(t->data);
   c->log_drops_.tick();
+  if (c->admin_api_) c->admin_api_->tick(Clock::now());  // the status page's rates
 }
 
 void Control::begin_stop(bool now) {
@@ -693,6 +853,7 @@ void Control::on_workers_stopped() {
   close_signal_fd();
   uv_close(as_handle(&tick_), nullptr);
   if (health_) health_->stop([] {});
+  if (discovery_) discovery_->stop([] {});
   if (admin_http_) admin_http_->close([] {});
   uv_close(as_handle(&stopped_async_), nullptr);
 }

@@ -9,12 +9,14 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <uv.h>
 
 #include "admin/admin_api.hpp"
 #include "admin/http_server.hpp"
+#include "discovery/discovery.hpp"
 #include "health/checker.hpp"
 #include "log/logging.hpp"
 #include "runtime/registry.hpp"
@@ -26,8 +28,16 @@ namespace sluice {
 class Worker;
 
 struct ReloadResult {
+  ReloadResult() = default;
+  ReloadResult(bool ok_, std::string message_, std::vector<std::string> restart_required_ = {})
+      : ok(ok_), message(std::move(message_)), restart_required(std::move(restart_required_)) {}
+
   bool ok = false;
   std::string message;  // the error (file:line:column: ...), or what changed
+  // Settings the file changes that take effect only at the next start
+  // ("global.workers", "admin", "admin.listen", "admin.token_file"); their
+  // running values stay until then.
+  std::vector<std::string> restart_required;
 };
 
 class Control {
@@ -87,6 +97,10 @@ class Control {
   void notify_systemd(const std::string& state);
   void drain_removed(const Snapshot& before, const Snapshot& after);
   void record_reload(std::string_view origin, const ReloadResult& r);
+  // A reload's [admin]: which token is in force, and what waits for a
+  // restart (appended to both lists: keys, and keys with the running value).
+  void apply_admin_changes(const AdminConfig& a, std::vector<std::string>& restart_required,
+                           std::vector<std::string>& waiting);
   // Starts the admin API when the configuration has one. Returns an error or "".
   std::string start_admin(const Config& config);
   admin::ProcessInfo process_info() const;
@@ -107,6 +121,18 @@ class Control {
   // false when the caller should begin the stop now (no delay, or a second
   // signal during it).
   bool delay_stop(int signum);
+  // DNS discovery: started with the first configuration, which waits (a
+  // bounded time) for the first answers so that the first Snapshot has
+  // their servers.
+  void start_discovery(const Config& config);
+  // The file's configuration with the servers DNS gives now.
+  std::shared_ptr<const Config> with_discovered(const std::shared_ptr<const Config>& config) const;
+  // After apply(): discovery follows the file's entries and [resolver].
+  void configure_discovery(const std::shared_ptr<const Config>& config);
+  // DNS changed an upstream's servers: a new Snapshot of the same file,
+  // posted like a reload's (servers that stay keep their state, removed
+  // ones drain), with no listener change.
+  void apply_discovered();
 
   static void on_signal_fd(uv_poll_t* h, int status, int events);
   void on_signal(int signum);
@@ -138,7 +164,10 @@ class Control {
   std::unique_ptr<admin::AdminApi> admin_api_;
   std::unique_ptr<admin::HttpServer> admin_http_;
   AdminConfig admin_config_;  // what the running admin API was started with
+  std::string admin_token_;   // the token in force (empty: none)
   std::unique_ptr<HealthChecker> health_;  // active checks, on this loop
+  std::unique_ptr<discovery::Discovery> discovery_;  // servers from DNS, on this loop
+  std::shared_ptr<const Config> file_config_;        // the running configuration as the file says
   bool handles_closed_ = false;
   bool healthcheck_failed_ = false;  // POST /healthcheck/fail, until /healthcheck/ok
   bool delaying_stop_ = false;       // SIGTERM came; shutdown_delay runs before the stop

@@ -38,6 +38,18 @@ namespace {
 
 RateLimitedWarning g_local_warning;
 
+std::string_view check_type_name(HealthType t) {
+  switch (t) {
+    case HealthType::tcp: return "tcp";
+    case HealthType::http: return "http";
+    case HealthType::send_expect: return "send_expect";
+    case HealthType::postgres: return "postgres";
+    case HealthType::redis: return "redis";
+    case HealthType::mysql: return "mysql";
+  }
+  return "tcp";
+}
+
 bool starts_up(const ServerState& state, const HealthConfig& config) {
   switch (state.active_state()) {
     case ActiveState::up: return true;
@@ -94,6 +106,11 @@ void Target::check() {
 }
 
 void Target::on_result(Probe::Verdict verdict, std::string reason) {
+  state_->record_check(check_type_name(config_.type),
+                       verdict == Probe::Verdict::pass   ? CheckResult::pass
+                       : verdict == Probe::Verdict::fail ? CheckResult::fail
+                                                         : CheckResult::local_error,
+                       std::chrono::duration<double>(Clock::now() - check_started_).count(), reason);
   if (verdict == Probe::Verdict::local_error) {
     // Not the server's doing: no pass, no failure, the streak as it was.
     g_local_warning.warn(fmt::format("local resource error in the active check of upstream \"{}\" server {}: {} "

@@ -101,10 +101,17 @@ void Worker::join() {
 }
 
 void Worker::post(WorkerCommand command) {
-  {
-    std::lock_guard lock(mu_);
-    mailbox_.push_back(std::move(command));
+  std::lock_guard lock(mu_);
+  if (mailbox_closed_) {
+    // The loop has ended (or is ending) after a stop: there is nothing left
+    // to update or close, and uv_async_send on its closed handle would
+    // abort. Sockets handed over must not leak.
+    for (auto& [id, fd] : command.open) ::close(fd);
+    return;
   }
+  mailbox_.push_back(std::move(command));
+  // Under the lock: close_all() closes the handle only after it has taken
+  // the lock and marked the mailbox closed, so the handle is open here.
   uv_async_send(&async_);
 }
 
@@ -128,6 +135,7 @@ void Worker::run() {
   if (int r = uv_loop_close(&loop_); r != 0) {
     spdlog::error("worker {}: loop closed with live handles: {}", id_, uv_strerror(r));
   }
+  SPDLOG_DEBUG("worker {}: stopped", id_);
   finished_.store(true, std::memory_order_release);
   if (stopped_ != nullptr) uv_async_send(stopped_);
 }
@@ -382,6 +390,16 @@ void Worker::maybe_finish_stop() {
 void Worker::close_all() {
   if (closed_) return;
   closed_ = true;
+  std::deque<WorkerCommand> left;
+  {
+    std::lock_guard lock(mu_);
+    mailbox_closed_ = true;
+    left.swap(mailbox_);
+  }
+  // Posted after the last drain: nothing to do but not to leak their sockets.
+  for (WorkerCommand& c : left) {
+    for (auto& [id, fd] : c.open) ::close(fd);
+  }
   uv_close(as_handle(&async_), nullptr);
   uv_close(as_handle(&shutdown_timer_), nullptr);
   timers_->close();

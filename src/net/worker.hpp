@@ -75,7 +75,10 @@ class Worker final : public SessionHost {
 
   void start();  // spawns the thread
   void join();
-  // Thread-safe; the only way in once the thread runs.
+  // Thread-safe; the only way in once the thread runs. Valid until the
+  // Worker is destroyed: once the worker's loop has ended after a stop, a
+  // command is dropped (a stopped worker has nothing left to update or
+  // close).
   void post(WorkerCommand command);
 
   unsigned id() const { return id_; }
@@ -136,6 +139,9 @@ class Worker final : public SessionHost {
   std::vector<std::unique_ptr<Listener>> retired_listeners_;
   std::mutex mu_;
   std::deque<WorkerCommand> mailbox_;  // under mu_
+  // Under mu_: set (on the worker's thread) before async_ closes; from then
+  // on post() drops what it is given.
+  bool mailbox_closed_ = false;
   std::shared_ptr<const Snapshot> snapshot_;
   std::vector<std::unique_ptr<Listener>> listeners_;
   BufferPool pool_;

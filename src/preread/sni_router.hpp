@@ -17,10 +17,14 @@ class SniRouter {
   explicit SniRouter(const std::vector<Route>& routes);
   // Upstream name for `sni`, or nullptr when nothing matches.
   const std::string* match(std::string_view sni) const;
+  // Index in the routes given to the constructor of the route `sni` takes,
+  // or -1 when nothing matches (for per-route counters).
+  long match_index(std::string_view sni) const;
 
  private:
-  std::unordered_map<std::string, std::string> exact_;
-  std::unordered_map<std::string, std::string> wildcard_;  // key: ".suffix" (with the dot)
+  std::vector<std::string> upstreams_;                 // by route index
+  std::unordered_map<std::string, std::size_t> exact_;     // name -> route index
+  std::unordered_map<std::string, std::size_t> wildcard_;  // ".suffix" (with the dot) -> route index
 };
 
 }  // namespace sluice::preread

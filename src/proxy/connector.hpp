@@ -48,6 +48,9 @@ class Connector final : public Deferred {
   Upstream* upstream() const { return upstream_; }
   // The server chosen last (connected, or the last one tried); null if none.
   ServerState* server() const;
+  // The server the session counts on now (connecting or connected); null
+  // between a failed attempt and the next one, and once released.
+  ServerState* current() const { return holding_ ? server() : nullptr; }
   long index() const { return index_; }
   unsigned attempts() const { return attempts_; }
 

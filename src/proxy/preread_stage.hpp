@@ -27,6 +27,7 @@ struct PrereadResult {
   Kind kind = Kind::need_more;
   Cause cause = Cause::none;     // with close
   Upstream* upstream = nullptr;  // with route
+  long route = -1;               // with route: the SNI route taken (its index in the file), -1 the default
   std::string reply;             // bytes to send the client now (PostgreSQL's 'S'), with any kind
 };
 

@@ -25,6 +25,7 @@
 #include "sluice/address.hpp"
 #include "sluice/cidr.hpp"
 #include "sluice/local_error.hpp"
+#include "sluice/peak.hpp"
 #include "upstream/upstream.hpp"
 
 namespace sluice {
@@ -108,7 +109,7 @@ void Session::accept(SessionHost& host, std::shared_ptr<const Snapshot> snapshot
   copy_inet(&s->peer_, peer);
   s->counted_ = true;
   s->snapshot_->registry->counters().connections.fetch_add(1, std::memory_order_relaxed);
-  lv.stats->active.fetch_add(1, std::memory_order_relaxed);
+  raise_peak(lv.stats->peak_active, lv.stats->active.fetch_add(1, std::memory_order_relaxed) + 1);
   lv.stats->accepted.fetch_add(1, std::memory_order_relaxed);
   host.link(*s);
   s->begin();
@@ -329,6 +330,11 @@ void Session::on_preread_data(const char* data, std::size_t len) {
   x.pg_ssl = stage.server_needs_ssl_request();
   // The preread state is released now.
   x.stage.reset();
+  if (lv_.default_route_stats) {
+    route_stats_ = r.route >= 0 ? lv_.route_stats[static_cast<std::size_t>(r.route)].get()
+                                : lv_.default_route_stats.get();
+    route_stats_->sessions.fetch_add(1, std::memory_order_relaxed);
+  }
   route_and_connect(r.upstream);
 }
 
@@ -766,6 +772,8 @@ void Session::finish(Cause cause) {
   snapshot_->registry->counters().closed.add(cause_);
   lv_.stats->closed.add(cause_);
   count_bytes();
+  // Sessions refused by policy are counted by cause, not timed.
+  if (!quiet_) lv_.stats->session_seconds.observe(static_cast<double>(uv_now(host_.loop()) - start_ms_) / 1000.0);
   if (client_counted_) lv_.stats->clients.release(&peer_.sa);
   if (!quiet_ && snapshot_->access_log->enabled()) write_access_record();
   host_.unlink(*this);
@@ -787,6 +795,10 @@ void Session::count_bytes() {
   if (ServerState* st = connector_.server(); st != nullptr && connected_) {
     st->bytes_in.fetch_add(in, std::memory_order_relaxed);
     st->bytes_out.fetch_add(out, std::memory_order_relaxed);
+  }
+  if (route_stats_ != nullptr) {
+    route_stats_->bytes_in.fetch_add(in, std::memory_order_relaxed);
+    route_stats_->bytes_out.fetch_add(out, std::memory_order_relaxed);
   }
 }
 

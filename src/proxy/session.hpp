@@ -30,6 +30,7 @@ class BufferPool;
 class ServerState;
 class Snapshot;
 class Splicer;
+struct RouteStats;
 struct ListenerView;
 
 class Session {
@@ -54,8 +55,10 @@ class Session {
   void terminate(Cause cause) { finish(cause); }
   // Ends the session with `cause` at loop time `at_ms` (a spread-out drain).
   void close_at(std::uint64_t at_ms, Cause cause);
-  // The server this session is on (or connecting to); null if none.
-  const ServerState* server() const { return connector_.server(); }
+  // The server this session is on (or connecting to); null if none, also
+  // right after a failed attempt: a session moving on from a server is no
+  // longer that server's to close.
+  const ServerState* server() const { return connector_.current(); }
   State state() const { return state_; }
   // The worker's TimerQueue callback: a deadline of the session is due.
   static void fire_timer(void* owner);
@@ -163,6 +166,7 @@ class Session {
   Pump s2c_;
   Connector connector_;
   std::unique_ptr<Splicer> splicer_;  // once a switch was tried (kept if it failed: never tried twice)
+  RouteStats* route_stats_ = nullptr;  // the SNI route (or default) a preread chose; null otherwise
 
   // Times in loop milliseconds (uv_now: the worker's loop clock, brought up
   // to date after every wait).

@@ -23,8 +23,9 @@ PrereadResult TlsStage::feed(std::span<const std::uint8_t> data) {
         if (!alpn.empty()) alpn += ',';
         alpn += p;
       }
-      const std::string* name = info.has_sni ? listener_.router->match(sni) : nullptr;
-      r.upstream = name ? snapshot_.find_upstream(*name) : listener_.default_upstream;
+      r.route = info.has_sni ? listener_.router->match_index(sni) : -1;
+      r.upstream = r.route >= 0 ? snapshot_.find_upstream(lc.routes[static_cast<std::size_t>(r.route)].upstream)
+                                : listener_.default_upstream;
       if (!r.upstream) {
         r.kind = PrereadResult::Kind::close;
         r.cause = Cause::no_server;

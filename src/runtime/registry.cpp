@@ -82,6 +82,13 @@ std::vector<std::shared_ptr<ServerState>> Registry::servers() const {
   return out;
 }
 
+std::shared_ptr<RouteStats> ListenerStats::route(const std::string& sni) {
+  std::lock_guard lock(routes_mu_);
+  std::shared_ptr<RouteStats>& slot = routes_[sni];
+  if (!slot) slot = std::make_shared<RouteStats>();
+  return slot;
+}
+
 std::shared_ptr<ListenerStats> Registry::listener(const std::string& name) {
   std::lock_guard lock(mu_);
   std::shared_ptr<ListenerStats>& slot = listeners_[name];

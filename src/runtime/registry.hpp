@@ -25,6 +25,7 @@
 #include "runtime/client_table.hpp"
 #include "sluice/cause.hpp"
 #include "sluice/config.hpp"
+#include "sluice/histogram.hpp"
 #include "upstream/server_state.hpp"
 
 namespace sluice {
@@ -37,6 +38,19 @@ struct CauseCounters {
   std::uint64_t get(Cause c) const { return by_cause[static_cast<std::size_t>(c)].load(std::memory_order_relaxed); }
 };
 
+// Session duration buckets (seconds): from a refused connection to a
+// database session that lasts the day.
+inline constexpr std::array<double, 12> kSessionBuckets = {0.001, 0.01, 0.1,  1.0,    10.0,    60.0,
+                                                           300.0, 900.0, 1800.0, 3600.0, 21600.0, 86400.0};
+
+// One SNI route of a listener (or its default route): the configured name,
+// never the client's, so there are as many as the file has routes.
+struct RouteStats {
+  std::atomic<std::uint64_t> sessions{0};   // sessions routed here
+  std::atomic<std::uint64_t> bytes_in{0};   // at session end
+  std::atomic<std::uint64_t> bytes_out{0};  // at session end
+};
+
 struct ListenerStats {
   std::atomic<std::uint64_t> active{0};    // client connections open now
   std::atomic<std::uint64_t> accepted{0};  // since start
@@ -44,6 +58,15 @@ struct ListenerStats {
   std::atomic<std::uint64_t> bytes_out{0}; // delivered server -> client (at session end)
   CauseCounters closed;
   ClientTable clients;  // client_max_connections, client_rate_limit
+  std::atomic<std::uint64_t> peak_active{0};  // highest `active` since start
+  Histogram<kSessionBuckets.size()> session_seconds{kSessionBuckets};  // at session end
+  // The counters of route `sni` ("" for the default route), kept across
+  // reloads like the rest. Control loop only (Snapshot::build).
+  std::shared_ptr<RouteStats> route(const std::string& sni);
+
+ private:
+  std::mutex routes_mu_;
+  std::map<std::string, std::shared_ptr<RouteStats>> routes_;
 };
 
 struct ProcessCounters {

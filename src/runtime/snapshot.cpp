@@ -36,6 +36,10 @@ std::shared_ptr<const Snapshot> Snapshot::build(std::shared_ptr<const Config> cf
     if (!l.default_upstream.empty()) v.default_upstream = snap->find_upstream(l.default_upstream);
     if (l.preread != Preread::none) v.router = std::make_unique<preread::SniRouter>(l.routes);
     v.stats = registry.listener(l.name);
+    if (l.preread != Preread::none) {
+      for (const Route& r : l.routes) v.route_stats.push_back(v.stats->route(r.sni));
+      v.default_route_stats = v.stats->route("");
+    }
     snap->listeners.push_back(std::move(v));
   }
   registry.forget_servers_except(kept);

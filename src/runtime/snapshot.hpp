@@ -28,6 +28,10 @@ struct ListenerView {
   Upstream* default_upstream = nullptr;  // preread listeners, may be null
   std::unique_ptr<preread::SniRouter> router;  // preread listeners
   std::shared_ptr<ListenerStats> stats;
+  // Preread listeners: the counters of each configured route, in the
+  // file's order (the router's indexes), and of the default route.
+  std::vector<std::shared_ptr<RouteStats>> route_stats;
+  std::shared_ptr<RouteStats> default_route_stats;
 };
 
 class Snapshot {

@@ -1,5 +1,7 @@
 #include "upstream/server_state.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 namespace sluice {
@@ -20,6 +22,16 @@ std::string_view to_string(ActiveState s) {
     case ActiveState::down: return "down";
   }
   return "unchecked";
+}
+
+std::string_view to_string(CheckResult r) {
+  switch (r) {
+    case CheckResult::none: return "none";
+    case CheckResult::pass: return "pass";
+    case CheckResult::fail: return "fail";
+    case CheckResult::local_error: return "local_error";
+  }
+  return "none";
 }
 
 std::int64_t wall_ms() {
@@ -116,6 +128,7 @@ void ServerState::report(ConnectResult result, std::string_view error, TimePoint
       if (t.now_up) up_since_ = now;  // slow start ramps after a passive recovery too
     }
     clean_.store(health_.state() == PassiveHealth::State::up && health_.fails() == 0, std::memory_order_release);
+    track_down_locked(now);
   }
   notify();
   // Log outside the lock; each transition is seen by exactly one report() call.
@@ -140,6 +153,7 @@ void ServerState::set_active(ActiveState s, std::string_view reason, Duration de
     if (before != s) active_since_ms_ = wall_ms();
     if (s == ActiveState::up && before == ActiveState::down && !active_guess_) up_since_ = Clock::now();
     active_guess_ = before == ActiveState::unchecked && s != ActiveState::unchecked;
+    if (before != s) track_down_locked(Clock::now());
   }
   if (before == s) return;
   notify();
@@ -200,6 +214,7 @@ bool ServerState::passive_up() const {
 ServerState::Status ServerState::status(TimePoint now) const {
   Status st;
   std::lock_guard lock(mu_);
+  track_down_locked(now);
   switch (health_.state()) {
     case PassiveHealth::State::up: st.passive = "up"; break;
     case PassiveHealth::State::down: st.passive = "down"; break;
@@ -233,6 +248,50 @@ ServerState::Status ServerState::status(TimePoint now) const {
     st.since_ms = std::max({passive_since_ms_, active_since_ms_, admin_since_ms_});
   }
   return st;
+}
+
+void ServerState::record_check(std::string_view type, CheckResult result, double seconds, std::string_view reason) {
+  if (result == CheckResult::pass || result == CheckResult::fail) check_seconds.observe(seconds);
+  if (result == CheckResult::fail) check_failures.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  last_check_.type = std::string(type);
+  last_check_.result = result;
+  last_check_.seconds = seconds;
+  last_check_.at_ms = wall_ms();
+  last_check_.reason = std::string(reason);
+}
+
+ServerState::LastCheck ServerState::last_check() const {
+  std::lock_guard lock(mu_);
+  return last_check_;
+}
+
+void ServerState::track_down_locked(TimePoint now) const {
+  const bool active_down = active_state_.load(std::memory_order_acquire) == ActiveState::down;
+  const bool down = active_down || (health_.state() != PassiveHealth::State::up && !health_.eligible(now));
+  if (down == down_) return;
+  if (down) {
+    down_since_ = now;
+    ++down_count_;
+  } else {
+    // Passive health ends a down period by time alone, perhaps well before
+    // this call noticed: count only up to when it let the server back.
+    TimePoint end = now;
+    if (health_.state() != PassiveHealth::State::up) end = std::clamp(health_.eligible_from(), down_since_, now);
+    downtime_ += std::chrono::duration_cast<Duration>(end - down_since_);
+  }
+  down_ = down;
+}
+
+Duration ServerState::downtime(TimePoint now) const {
+  std::lock_guard lock(mu_);
+  track_down_locked(now);
+  return down_ ? downtime_ + std::chrono::duration_cast<Duration>(now - down_since_) : downtime_;
+}
+
+std::uint64_t ServerState::down_count() const {
+  std::lock_guard lock(mu_);
+  return down_count_;
 }
 
 }  // namespace sluice

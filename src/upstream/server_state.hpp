@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "sluice/config.hpp"
+#include "sluice/histogram.hpp"
+#include "sluice/peak.hpp"
 #include "sluice/time.hpp"
 #include "upstream/passive_health.hpp"
 
@@ -46,6 +48,14 @@ std::string_view to_string(ActiveState s);
 // Connect-latency histogram buckets (upper bounds, seconds), Prometheus style.
 inline constexpr std::array<double, 12> kConnectBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                            0.05,   0.1,   0.25,   0.5,   1.0,  2.5};
+// Active-check duration buckets (seconds): a check ends by its timeout at the latest.
+inline constexpr std::array<double, 13> kCheckBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                         0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
+
+// How an active check ended, as the status page and /metrics show it.
+// `local_error`: sluice's own resources failed; it says nothing about the server.
+enum class CheckResult : std::uint8_t { none, pass, fail, local_error };
+std::string_view to_string(CheckResult r);
 
 // Told when something that can change a pick changes on a server: its admin
 // or active-check state, its passive health, its weight override, the start
@@ -150,6 +160,30 @@ class ServerState {
   Status status(TimePoint now) const;
   bool passive_up() const;
 
+  // ---- for the status page and /metrics ----
+  // The highest `active` since start, raised where `active` grows (under the
+  // pick lock): a relaxed load per pick, a compare-exchange only for a new peak.
+  std::atomic<std::uint32_t> peak_active{0};
+  // The active checks' latest word (written by the control loop).
+  struct LastCheck {
+    std::string type;  // tcp, http, ...; empty: never checked
+    CheckResult result = CheckResult::none;
+    double seconds = 0;      // how long it took
+    std::int64_t at_ms = 0;  // wall clock when it ended
+    std::string reason;
+  };
+  // An active check ended. A local error is shown but kept out of the
+  // duration histogram and the failure count: it says nothing of the server.
+  void record_check(std::string_view type, CheckResult result, double seconds, std::string_view reason);
+  LastCheck last_check() const;
+  Histogram<kCheckBuckets.size()> check_seconds{kCheckBuckets};
+  std::atomic<std::uint64_t> check_failures{0};
+  // Time spent down by health (an active check said down, or passive health
+  // keeps it out) up to `now`, and how many times it went down. Draining or
+  // disabling is an operator's choice, not downtime.
+  Duration downtime(TimePoint now) const;
+  std::uint64_t down_count() const;
+
  private:
   mutable std::mutex mu_;
   PassiveHealth health_;
@@ -170,6 +204,14 @@ class ServerState {
   std::mutex watch_mu_;  // taken after mu_ if both; never held while taking mu_
   std::vector<std::pair<ServerWatcher*, std::size_t>> watchers_;  // under watch_mu_
   std::atomic<std::size_t> watcher_count_{0};
+  // Downtime bookkeeping, under mu_: brought up to date at each health change
+  // and each read (passive health ends a down period by time alone).
+  void track_down_locked(TimePoint now) const;
+  mutable bool down_ = false;
+  mutable TimePoint down_since_{};
+  mutable Duration downtime_{0};
+  mutable std::uint64_t down_count_ = 0;
+  LastCheck last_check_;  // under mu_
 };
 
 // Wall-clock milliseconds since the epoch (for status "since" fields).

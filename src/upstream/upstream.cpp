@@ -231,7 +231,7 @@ long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now) 
   if (chosen == kNoCandidate) return -1;
   ServerState& s = *members_[chosen].state;
   s.on_selected(now, lone);  // a trial that starts here comes back as a notice
-  s.active.fetch_add(1, std::memory_order_relaxed);
+  raise_peak(s.peak_active, s.active.fetch_add(1, std::memory_order_relaxed) + 1);
   s.total_sessions.fetch_add(1, std::memory_order_relaxed);
   publish(chosen);
   s.notify(this);  // other pools sharing the server see its count

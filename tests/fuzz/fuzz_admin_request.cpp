@@ -6,7 +6,9 @@
 // reach the same state and the same request (or a rejection for the same
 // reason, see below); a decided parser keeps its answer; a complete request
 // stays within the limits, has lower-case header names and a method; a
-// rejection is 400 with a reason, or 413 or 431 without one. Anything else (or a sanitizer report) aborts.
+// rejection is 400 with a reason, or 413 or 431 without one; the end of the
+// headers is seen at the same point either way, and from then on the method
+// and the path are known. Anything else (or a sanitizer report) aborts.
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
@@ -59,12 +61,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::size_t n = rng % 16 == 0 ? 0 : 1 + (rng >> 8) % (rng % 4 == 0 ? 4096 : 8);
     if (n > len - pos) n = len - pos;
     const State prev = b;
+    const bool had_headers = split.headers_complete();
     b = split.feed(stream + pos, n);
     if (prev != State::need_more) check(b == prev);
+    if (had_headers) check(split.headers_complete());
     pos += n;
   }
 
   check(a == b);
+  // The end of the headers is reached after the same bytes however they
+  // come; from then on the method, path and query are known.
+  if (a != State::rejected) check(whole.headers_complete() == split.headers_complete());
+  if (a == State::complete) check(whole.headers_complete());
+  for (const RequestParser* p : {&whole, &split}) {
+    if (p->headers_complete()) {
+      check(!p->request().method.empty());
+      check(p->request().path.find('?') == std::string::npos);
+    }
+  }
   switch (a) {
     case State::complete: {
       const Request& r = whole.request();

@@ -63,3 +63,77 @@ TEST_CASE("histogram buckets are cumulative and +Inf equals the count") {
   CHECK(value_of(m, R"(sluice_server_connect_seconds_sum{upstream="pg",server="127.0.0.1:5001"})") ==
         doctest::Approx(9.0033).epsilon(1e-6));
 }
+
+TEST_CASE("active checks: the last result, failures and a duration histogram per checked server") {
+  Fixture f("health = { type = \"tcp\" }\n");
+  ServerState& a = f.snapshot->find_upstream("pg")->server(0);
+  ServerState& b = f.snapshot->find_upstream("pg")->server(1);
+  a.record_check("tcp", CheckResult::pass, 0.002, "connected");
+  a.record_check("tcp", CheckResult::fail, 0.02, "connect refused");
+  b.record_check("tcp", CheckResult::fail, 0.02, "connect refused");
+  b.record_check("tcp", CheckResult::pass, 0.003, "connected");
+  b.record_check("tcp", CheckResult::local_error, 0.0, "out of descriptors");  // not the server's
+  const std::string m = metrics_text(*f.snapshot, f.info, Clock::now());
+  const std::string sa = R"({upstream="pg",server="127.0.0.1:5001"})";
+  const std::string sb = R"({upstream="pg",server="[::1]:5002"})";
+  CHECK(value_of(m, "sluice_server_check_success" + sa) == 0);
+  CHECK(value_of(m, "sluice_server_check_success" + sb) == 0);  // the last check could not run
+  CHECK(value_of(m, "sluice_server_check_failures_total" + sa) == 1);
+  CHECK(value_of(m, "sluice_server_check_failures_total" + sb) == 1);
+  CHECK(value_of(m, "sluice_server_check_seconds_count" + sb) == 2);
+  CHECK(value_of(m, R"(sluice_server_check_seconds_bucket{upstream="pg",server="127.0.0.1:5001",le="0.0025"})") == 1);
+  CHECK(value_of(m, R"(sluice_server_check_seconds_bucket{upstream="pg",server="127.0.0.1:5001",le="+Inf"})") == 2);
+  CHECK(value_of(m, "sluice_server_check_seconds_sum" + sa) == doctest::Approx(0.022));
+}
+
+TEST_CASE("no check series for an upstream without checks") {
+  Fixture f;
+  const std::string m = metrics_text(*f.snapshot, f.info, Clock::now());
+  CHECK(m.find("sluice_server_check_seconds_bucket{") == std::string::npos);
+  CHECK(m.find("sluice_server_check_success{") == std::string::npos);
+}
+
+TEST_CASE("session durations per listener, peaks and downtime") {
+  Fixture f;
+  ListenerStats& ls = *f.snapshot->listeners[0].stats;
+  ls.session_seconds.observe(0.05);
+  ls.session_seconds.observe(7200);
+  ServerState& a = f.snapshot->find_upstream("pg")->server(0);
+  a.peak_active = 4;
+  const std::string m = metrics_text(*f.snapshot, f.info, Clock::now());
+  CHECK(value_of(m, R"(sluice_listener_session_seconds_bucket{listener="front",le="0.1"})") == 1);
+  CHECK(value_of(m, R"(sluice_listener_session_seconds_bucket{listener="front",le="3600"})") == 1);
+  CHECK(value_of(m, R"(sluice_listener_session_seconds_bucket{listener="front",le="21600"})") == 2);
+  CHECK(value_of(m, R"(sluice_listener_session_seconds_count{listener="front"})") == 2);
+  CHECK(value_of(m, R"(sluice_server_peak_sessions{upstream="pg",server="127.0.0.1:5001"})") == 4);
+  CHECK(value_of(m, R"(sluice_server_downtime_seconds_total{upstream="pg",server="127.0.0.1:5001"})") == 0);
+}
+
+TEST_CASE("per SNI route: the configured routes and the default, never the client's names") {
+  Registry registry;
+  const std::string text =
+      "[global]\naccess_log = \"off\"\n"
+      "[[listener]]\nname = \"tls\"\nlisten = \"127.0.0.1:0\"\npreread = \"tls\"\n"
+      "routes = [{ sni = \"db.example.com\", upstream = \"pg\" }, { sni = \"*.example.com\", upstream = \"web\" }]\n"
+      "default_upstream = \"web\"\n"
+      "[upstream.pg]\nservers = [{ address = \"127.0.0.1:5001\" }]\n"
+      "[upstream.web]\nservers = [{ address = \"127.0.0.1:5002\" }]\n";
+  auto snap = Snapshot::build(std::make_shared<const Config>(parse_config(text, "t.toml")), registry, 1);
+  const ListenerView& l = snap->listeners[0];
+  REQUIRE(l.route_stats.size() == 2);
+  REQUIRE(l.router->match_index("a.example.com") == 1);
+  REQUIRE(l.router->match_index("DB.example.com.") == 0);
+  CHECK(l.router->match_index("example.org") == -1);
+  l.route_stats[1]->sessions = 3;
+  l.route_stats[1]->bytes_out = 900;
+  l.default_route_stats->sessions = 2;
+  ProcessInfo info;
+  const std::string m = metrics_text(*snap, info, Clock::now());
+  CHECK(value_of(m, R"(sluice_route_sessions_total{listener="tls",route="*.example.com",upstream="web"})") == 3);
+  CHECK(value_of(m, R"(sluice_route_bytes_out_total{listener="tls",route="*.example.com",upstream="web"})") == 900);
+  CHECK(value_of(m, R"(sluice_route_sessions_total{listener="tls",route="db.example.com",upstream="pg"})") == 0);
+  CHECK(value_of(m, R"x(sluice_route_sessions_total{listener="tls",route="(default)",upstream="web"})x") == 2);
+  // A reload keeps the counters of the routes that stay.
+  auto again = Snapshot::build(std::make_shared<const Config>(parse_config(text, "t.toml")), registry, 2);
+  CHECK(again->listeners[0].route_stats[1]->sessions == 3);
+}

@@ -48,6 +48,27 @@ TEST_CASE("a request split into single bytes parses like the whole") {
   CHECK(p.request().body == "abc");
 }
 
+TEST_CASE("the headers can be judged before the body arrives") {
+  RequestParser p(1024, 1024);
+  CHECK(feed(p, "PUT /config?x=1 HTTP/1.1\r\nAuthorization: Bearer t\r\nContent-Length: 4\r\n") == State::need_more);
+  CHECK_FALSE(p.headers_complete());
+  CHECK(feed(p, "\r\nab") == State::need_more);
+  REQUIRE(p.headers_complete());
+  CHECK(p.request().method == "PUT");
+  CHECK(p.request().path == "/config");
+  CHECK(p.request().query == "x=1");
+  CHECK(p.request().headers.at("authorization") == "Bearer t");
+  CHECK(p.request().body == "ab");
+  CHECK(feed(p, "cd") == State::complete);
+  CHECK(p.request().body == "abcd");
+
+  // Headers that announce too large a body: complete, and rejected.
+  RequestParser big(1024, 10);
+  CHECK(feed(big, "HEAD / HTTP/1.1\r\nContent-Length: 11\r\n\r\n") == State::rejected);
+  CHECK(big.headers_complete());
+  CHECK(big.request().method == "HEAD");
+}
+
 TEST_CASE("bytes after a complete request are ignored") {
   RequestParser p(1024, 1024);
   CHECK(feed(p, "GET /status HTTP/1.1\r\n\r\nGET /other HTTP/1.1\r\n\r\n") == State::complete);

@@ -42,7 +42,7 @@ TEST_CASE("syntax errors and the top level") {
       {"[global]\nworkers = 1\nworkers = 2\n" + kTail,
        "x.toml:3:11: syntax error: Error while parsing key-value pair: cannot redefine existing integer 'workers'"},
       {"[global\n" + kTail, "x.toml:1:8: syntax error: Error while parsing table header: expected ']', saw '\\n'"},
-      {"foo = 1\n" + kTail, "x.toml:1:1: top level: unknown key \"foo\"; allowed: global, admin, listener, upstream"},
+      {"foo = 1\n" + kTail, "x.toml:1:1: top level: unknown key \"foo\"; allowed: global, admin, listener, upstream, resolver"},
       {"[admin]\nlisten = \"0.0.0.0:9090\"\n" + kTail,
        "x.toml:2:10: [admin]: listen \"0.0.0.0:9090\" is not a loopback address: set token_file so that every "
        "request needs a token"},
@@ -320,7 +320,7 @@ TEST_CASE("[upstream.NAME] servers") {
       {head + "  { address = \"10.0.0.2:5432\", backup = \"yes\" },\n" + tail,
        "x.toml:4:41: upstream \"pg\" server 2: backup must be a boolean (true or false), got string \"yes\""},
       {head + "  { address = \"10.0.0.2:5432\", wieght = 2 },\n" + tail,
-       "x.toml:4:32: upstream \"pg\" server 2: unknown key \"wieght\"; allowed: address, weight, max_conns, backup"},
+       "x.toml:4:32: upstream \"pg\" server 2: unknown key \"wieght\"; allowed: address, resolve, weight, max_conns, backup"},
       {head + "  { address = \"10.0.0.1:5432\" },\n" + tail,
        "x.toml:4:15: upstream \"pg\" server 2: address \"10.0.0.1:5432\" is already used by server 1"},
       {"[upstream.pg]\nservers = [{ address = \"[::1]:5432\" }, { address = \"[0::1]:5432\" }]\n" + tail.substr(2),

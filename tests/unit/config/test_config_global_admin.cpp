@@ -42,7 +42,9 @@ TEST_CASE("[global]: new keys, defaults and values") {
   CHECK(c.global.log_interval == 1s);
   CHECK(c.global.drain_timeout == 45s);
   CHECK(c.upstreams.at("u").drain_timeout == 45s);  // inherited from [global]
+  CHECK(!c.upstreams.at("u").drain_timeout_set);
   CHECK(c.upstreams.at("v").drain_timeout == 0ms);  // its own, even when 0
+  CHECK(c.upstreams.at("v").drain_timeout_set);
   CHECK(sluice::parse_config("[global]\nerror_log = \"stdout\"\nlog_interval = \"0s\"\n" + kTail, "x.toml")
             .global.error_log == "stdout");
 }

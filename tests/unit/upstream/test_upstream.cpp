@@ -114,6 +114,8 @@ TEST_CASE("ServerState: admin and active states gate eligibility") {
   s.set_admin(AdminState::drain);
   CHECK_FALSE(s.eligible(t0));
   s.set_admin(AdminState::enabled);
+  // A check's first state (initial = "up"), then a real failure: a warning.
+  s.set_active(ActiveState::up, "not checked yet (initial = up)");
   s.set_active(ActiveState::down, "connect refused", 3s);
   CHECK_FALSE(s.eligible(t0));
   CHECK(s.status(t0).state == "down");

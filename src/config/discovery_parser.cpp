@@ -1,0 +1,156 @@
+#include "config/discovery_parser.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstring>
+
+#include "config/quote.hpp"
+#include "config/table_reader.hpp"
+#include "config/values.hpp"
+#include "sluice/host.hpp"
+
+namespace sluice::config_detail {
+
+namespace {
+
+bool is_ip_literal(std::string_view host) {
+  const std::string h(host);
+  in6_addr a6{};
+  in_addr a4{};
+  return ::inet_pton(AF_INET, h.c_str(), &a4) == 1 || ::inet_pton(AF_INET6, h.c_str(), &a6) == 1;
+}
+
+}  // namespace
+
+std::string normalize_dns_name(std::string_view text) {
+  std::string out = normalize_host(text);
+  if (out.empty() || out.size() > 253) return {};
+  std::size_t label = 0;
+  for (char c : out) {
+    if (c == '.') {
+      if (label == 0) return {};
+      label = 0;
+      continue;
+    }
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+    if (!ok || ++label > 63) return {};
+  }
+  if (label == 0) return {};
+  return out;
+}
+
+bool is_discovered_entry(const toml::table& table) {
+  if (table.contains("service")) return true;
+  const toml::node* resolve = table.get("resolve");
+  // A resolve key of the wrong type is reported by parse_discovered_entry.
+  return resolve != nullptr && (!resolve->is_boolean() || resolve->as_boolean()->get());
+}
+
+DiscoveredEntry parse_discovered_entry(const toml::table& table, const std::string& context, const std::string& path,
+                                       bool hashing) {
+  TableReader r(table, context, path);
+  DiscoveredEntry e;
+  if (r.has("service")) {
+    r.reject_unknown_keys({"service", "max_conns", "backup"});
+    const std::string text = *r.string("service");
+    e.kind = DiscoveryKind::service;
+    e.text = text;
+    e.name = normalize_dns_name(text);
+    if (e.name.empty()) {
+      r.fail(*r.get("service"), "service must be a DNS name like \"_postgresql._tcp.db.service.consul\", got " +
+                                    quote(text));
+    }
+  } else {
+    r.reject_unknown_keys({"address", "resolve", "weight", "max_conns", "backup"});
+    if (!r.boolean("resolve").value_or(false)) r.fail(*r.get("resolve"), "resolve must be true or false");
+    const toml::node& address_node = r.require("address");
+    const auto text = r.string("address");
+    e.text = *text;
+    const auto colon = text->rfind(':');
+    std::string port_error;
+    std::optional<Endpoint> port_only;
+    if (colon != std::string::npos && colon > 0) {
+      // The port through the common parser, on a stand-in numeric host.
+      port_only = parse_address("0.0.0.0" + text->substr(colon), false, port_error);
+    }
+    if (!port_only) {
+      r.fail(address_node, "address must be \"host:port\" with a port 1..65535, got " + quote(*text));
+    }
+    e.port = port_only->port;
+    const std::string_view host = std::string_view(*text).substr(0, colon);
+    if (host.starts_with('[') || is_ip_literal(host)) {
+      r.fail(address_node, "address " + quote(*text) +
+                               " is an IP address: resolve = true needs a host name (leave resolve out for a fixed "
+                               "address)");
+    }
+    e.name = normalize_dns_name(host);
+    if (e.name.empty()) r.fail(address_node, "address must have a valid host name, got " + quote(*text));
+    if (auto v = r.integer("weight", 1, 1000)) e.weight = static_cast<std::uint32_t>(*v);
+  }
+  if (auto v = r.integer("max_conns", 0, 1000000)) e.max_conns = static_cast<std::uint32_t>(*v);
+  if (auto v = r.boolean("backup")) {
+    if (*v && hashing) r.fail(*r.get("backup"), "backup = true is not allowed with balance = \"hash\"");
+    e.backup = *v;
+  }
+  return e;
+}
+
+std::optional<Endpoint> parse_nameserver(std::string_view text, std::string& error) {
+  std::string with_port(text);
+  const bool bare_v6 = text.find(':') != text.rfind(':') && !text.starts_with('[');
+  if (bare_v6) {
+    with_port = "[" + with_port + "]:53";
+  } else if (text.starts_with('[') ? text.find("]:") == std::string_view::npos
+                                   : text.find(':') == std::string_view::npos) {
+    with_port += ":53";
+  }
+  const std::string host = with_port.substr(0, with_port.rfind(':'));
+  const std::string bare = host.starts_with('[') ? host.substr(1, host.size() - 2) : host;
+  if (!is_ip_literal(bare)) {
+    error = "must be a numeric address \"ip\" or \"ip:port\" (like \"10.0.0.2\", \"127.0.0.1:8600\", "
+            "\"[::1]:53\"), got " + quote(text);
+    return std::nullopt;
+  }
+  std::string inner;
+  auto ep = parse_address(with_port, false, inner);
+  if (!ep) {
+    error = "must be \"ip\" or \"ip:port\" with a port 1..65535, got " + quote(text);
+    return std::nullopt;
+  }
+  ep->text = std::string(text);
+  return ep;
+}
+
+ResolverConfig parse_resolver(const toml::table& table, const std::string& path) {
+  TableReader r(table, "[resolver]", path);
+  r.reject_unknown_keys({"nameservers", "timeout", "attempts", "valid", "hold"});
+  ResolverConfig c;
+  if (r.has("nameservers")) {
+    const toml::array* list = r.array("nameservers", "an array of addresses like [\"10.0.0.2\", \"127.0.0.1:8600\"]");
+    if (list->empty()) {
+      r.fail(*r.get("nameservers"), "nameservers must not be empty (leave it out to use /etc/resolv.conf's)");
+    }
+    for (const toml::node& node : *list) {
+      const auto* s = node.as_string();
+      if (s == nullptr) r.fail(node, "nameservers entries must be strings like \"10.0.0.2:53\", got " + describe(node));
+      std::string error;
+      auto ep = parse_nameserver(s->get(), error);
+      if (!ep) r.fail(node, "nameservers entry " + error);
+      c.nameservers.push_back(std::move(*ep));
+    }
+  }
+  if (auto v = r.duration("timeout", false)) c.timeout = *v;
+  if (auto v = r.integer("attempts", 1, 10)) c.attempts = static_cast<std::uint32_t>(*v);
+  if (auto v = r.duration("valid", true)) {
+    if (v->count() != 0 && *v < std::chrono::seconds(1)) {
+      r.fail(*r.get("valid"), "valid must be at least \"1s\" (or \"0s\": follow the TTL), got " +
+                                  quote(*r.string("valid")));
+    }
+    c.valid = *v;
+  }
+  if (auto v = r.duration("hold", true)) c.hold = *v;
+  return c;
+}
+
+}  // namespace sluice::config_detail

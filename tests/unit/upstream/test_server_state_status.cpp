@@ -1,0 +1,73 @@
+// What ServerState keeps for the status page: downtime, peaks, the last check.
+#include <doctest/doctest.h>
+
+#include <chrono>
+
+#include "upstream/server_state.hpp"
+
+using namespace sluice;
+using namespace std::chrono_literals;
+
+namespace {
+
+Endpoint endpoint() {
+  Endpoint e;
+  e.text = "127.0.0.1:5001";
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("passive downtime ends when fail_timeout lets the server back, not when someone looks") {
+  ServerState s("pg", endpoint(), 1, 10s);
+  const TimePoint t0{std::chrono::hours(1)};
+  CHECK(s.downtime(t0) == 0ms);
+  s.report(ConnectResult::failed, "connection refused", t0);
+  CHECK(s.down_count() == 1);
+  CHECK(s.downtime(t0 + 3s) == 3s);
+  // Nobody looked until long after the 10 s were over: 10 s of downtime.
+  CHECK(s.downtime(t0 + 25s) == 10s);
+  CHECK(s.downtime(t0 + 40s) == 10s);
+  // Down again after a failed trial: the periods add up.
+  s.on_selected(t0 + 50s);
+  s.report(ConnectResult::failed, "connection refused", t0 + 50s);
+  CHECK(s.down_count() == 2);
+  CHECK(s.downtime(t0 + 52s) == 12s);
+}
+
+TEST_CASE("active checks' downtime, and draining is not downtime") {
+  ServerState s("pg", endpoint(), 0, 10s);
+  s.set_admin(AdminState::drain);
+  CHECK(s.downtime(Clock::now() + 5s) == 0ms);
+  s.set_active(ActiveState::down, "connect refused");
+  CHECK(s.down_count() == 1);
+  CHECK(s.downtime(Clock::now() + 5s) >= 5s);
+  s.set_active(ActiveState::up, "connected");
+  const Duration d = s.downtime(Clock::now() + 60s);
+  CHECK(d < 5s);  // the down period ended when the check said up
+  CHECK(s.status(Clock::now()).state == "drained");
+}
+
+TEST_CASE("the last check and its failures") {
+  ServerState s("pg", endpoint(), 1, 10s);
+  CHECK(s.last_check().result == CheckResult::none);
+  s.record_check("http", CheckResult::fail, 0.5, "status 503");
+  s.record_check("http", CheckResult::local_error, 0, "out of descriptors");
+  const ServerState::LastCheck c = s.last_check();
+  CHECK(c.type == "http");
+  CHECK(c.result == CheckResult::local_error);
+  CHECK(c.reason == "out of descriptors");
+  CHECK(c.at_ms > 0);
+  CHECK(s.check_failures == 1);
+  CHECK(s.check_seconds.count() == 1);  // a local error is not timed
+  CHECK(to_string(CheckResult::pass) == "pass");
+}
+
+TEST_CASE("raise_peak only ever raises") {
+  std::atomic<std::uint32_t> peak{0};
+  raise_peak(peak, 3u);
+  raise_peak(peak, 2u);
+  CHECK(peak == 3);
+  raise_peak(peak, 9u);
+  CHECK(peak == 9);
+}
