@@ -111,7 +111,8 @@ struct ResolverConfig {
 // [upstream.NAME.health]: active checks, run on the control loop.
 enum class HealthType { tcp, http, send_expect, postgres, redis, mysql };
 enum class HealthInitial { up, down };
-enum class OnDown { keep, close_sessions };
+enum class OnDown { keep, close_sessions, drain };
+enum class OnRoleChange { keep, close_sessions };
 enum class ExpectMatch { prefix, substring };
 enum class RedisRole { master, replica, any };
 enum class PostgresRole { primary, standby, any };
@@ -132,8 +133,10 @@ struct HealthConfig {
   std::uint32_t fall = 3;
   double jitter = 0.1;                           // fraction of interval ("10%" -> 0.1), 0..1
   std::uint16_t port = 0;                        // 0 = the server's own port
+  // Default "up", but "down" for a check with a role (see parse_health).
   HealthInitial initial = HealthInitial::up;
   OnDown on_down = OnDown::keep;
+  OnRoleChange on_role_change = OnRoleChange::close_sessions;  // role checks only
   Duration slow_start{0};                        // 0 = off
   // http
   std::string path = "/";

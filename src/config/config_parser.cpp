@@ -138,7 +138,7 @@ const Home kServerHome = {{"address", "weight", "max_conns", "backup"},
                           "a server key: set it on each server, like servers = [{ address = \"10.0.0.1:5432\", "
                           "max_conns = 100 }]"};
 const Home kHealthHome = {{"type", "interval", "timeout", "rise", "fall", "jitter", "initial", "on_down",
-                           "slow_start", "path", "method", "expect_status", "expect_body", "send", "send_hex",
+                           "on_role_change", "slow_start", "path", "method", "expect_status", "expect_body", "send", "send_hex",
                            "expect", "expect_hex", "expect_match", "role", "user", "database", "password_file",
                            "sslmode"},
                           "a health check key: set it under [upstream.NAME.health]"};

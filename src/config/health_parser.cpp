@@ -31,9 +31,11 @@ const std::array<TypeKeys, 6> kTypes = {{
     {"tcp", HealthType::tcp, {}},
     {"http", HealthType::http, {"path", "method", "host", "expect_status", "expect_body"}},
     {"send_expect", HealthType::send_expect, {"send", "send_hex", "expect", "expect_hex", "expect_match"}},
-    {"postgres", HealthType::postgres, {"role", "user", "database", "password_file", "sslmode", "max_lag"}},
-    {"redis", HealthType::redis, {"role", "password_file"}},
-    {"mysql", HealthType::mysql, {"role", "user", "password_file", "max_lag", "galera"}},
+    {"postgres",
+     HealthType::postgres,
+     {"role", "user", "database", "password_file", "sslmode", "max_lag", "on_role_change"}},
+    {"redis", HealthType::redis, {"role", "password_file", "on_role_change"}},
+    {"mysql", HealthType::mysql, {"role", "user", "password_file", "max_lag", "galera", "on_role_change"}},
 }};
 
 bool before(const toml::source_position& a, const toml::source_position& b) {
@@ -220,6 +222,18 @@ void parse_mysql(const TableReader& r, HealthConfig& h) {
 
 }  // namespace
 
+bool has_role(const HealthConfig& h) {
+  switch (h.type) {
+    case HealthType::postgres: return h.postgres_role != PostgresRole::any;
+    case HealthType::redis: return h.redis_role != RedisRole::any;
+    case HealthType::mysql: return h.mysql_role != MysqlRole::any;
+    case HealthType::tcp:
+    case HealthType::http:
+    case HealthType::send_expect: return false;
+  }
+  return false;
+}
+
 HealthConfig parse_health(const toml::table& table, const std::string& context, const std::string& path) {
   TableReader r(table, context, path);
   HealthConfig h;
@@ -247,8 +261,14 @@ HealthConfig parse_health(const toml::table& table, const std::string& context, 
   if (auto v = r.choice<HealthInitial>("initial", {{"up", HealthInitial::up}, {"down", HealthInitial::down}})) {
     h.initial = *v;
   }
-  if (auto v = r.choice<OnDown>("on_down", {{"keep", OnDown::keep}, {"close_sessions", OnDown::close_sessions}})) {
+  if (auto v = r.choice<OnDown>("on_down", {{"keep", OnDown::keep},
+                                           {"close_sessions", OnDown::close_sessions},
+                                           {"drain", OnDown::drain}})) {
     h.on_down = *v;
+  }
+  if (auto v = r.choice<OnRoleChange>("on_role_change", {{"keep", OnRoleChange::keep},
+                                                         {"close_sessions", OnRoleChange::close_sessions}})) {
+    h.on_role_change = *v;
   }
   if (auto v = r.duration("slow_start", true)) h.slow_start = *v;
 
@@ -271,6 +291,10 @@ HealthConfig parse_health(const toml::table& table, const std::string& context, 
       parse_mysql(r, h);
       break;
   }
+  // A check that looks for a role starts down: until the first check has
+  // answered, nobody knows which node is the primary, and a guess of "up"
+  // sends writes to a standby in the first seconds after a start.
+  if (!r.has("initial") && has_role(h)) h.initial = HealthInitial::down;
   return h;
 }
 

@@ -161,10 +161,16 @@ bool Control::start() {
   raise_nofile(config, nworkers_);
 
   started_at_ms_ = wall_ms();
-  health_ = std::make_unique<HealthChecker>(loop_, [this](std::shared_ptr<ServerState> server, const HealthConfig&) {
-    // on_down = "close_sessions": the server's live sessions end now.
-    close_sessions(std::move(server), Cause::server_down);
-  });
+  health_ = std::make_unique<HealthChecker>(
+      loop_, [this](std::shared_ptr<ServerState> server, const HealthConfig&, HealthChecker::SessionAction action) {
+        // on_down = "close_sessions" or a role change: the server's live
+        // sessions end now; on_down = "drain": after drain_timeout.
+        if (action == HealthChecker::SessionAction::drain) {
+          drain_down(std::move(server));
+        } else {
+          close_sessions(std::move(server), Cause::server_down);
+        }
+      });
   start_discovery(config);
   uv_async_init(loop_, &stopped_async_, on_stopped_async);
   stopped_async_.data = this;
@@ -178,8 +184,10 @@ bool Control::start() {
   if (signal_fd_ < 0) throw std::runtime_error(std::string("cannot create a signalfd: ") + std::strerror(errno));
   uv_poll_init(loop_, &signal_poll_, signal_fd_);
   signal_poll_.data = this;
-  uv_poll_start(&signal_poll_, UV_READABLE, on_signal_fd);
   ReloadResult r = apply(initial_);
+  if (r.ok) wait_first_checks();
+  // Signals that came meanwhile wait in the signalfd and are read now.
+  uv_poll_start(&signal_poll_, UV_READABLE, on_signal_fd);
   if (r.ok) {
     if (std::string err = start_admin(config); !err.empty()) r = {false, err};
   }
@@ -294,6 +302,9 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   std::vector<std::pair<std::uint64_t, std::string>> names;
   for (auto& s : sockets_) names.emplace_back(s->id, s->listener);
   for (auto& s : fresh) names.emplace_back(s->id, s->listener);
+  // Checks first: a server this configuration adds is down (initial) before
+  // any worker can pick it.
+  if (health_ && !stopping_) health_->update(*snap);
   for (unsigned w = 0; w < workers_.size(); ++w) {
     WorkerCommand c;
     c.kind = WorkerCommand::Kind::update;
@@ -310,7 +321,6 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
   if (before) drain_removed(*before, *snapshot_);
-  if (health_ && !stopping_) health_->update(*snapshot_);
   configure_discovery(config);
 
   loaded_at_ms_ = wall_ms();
@@ -473,6 +483,9 @@ void Control::apply_discovered() {
   }
   std::vector<std::pair<std::uint64_t, std::string>> names;
   for (auto& s : sockets_) names.emplace_back(s->id, s->listener);
+  // Checks first: an address DNS adds is down (initial) before any worker
+  // can pick it.
+  if (health_) health_->update(*snap);
   for (auto& w : workers_) {
     WorkerCommand c;
     c.kind = WorkerCommand::Kind::update;
@@ -483,7 +496,6 @@ void Control::apply_discovered() {
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
   drain_removed(*before, *snapshot_);
-  if (health_) health_->update(*snapshot_);
 }
 
 void Control::on_signal_fd(uv_poll_t* h, int status, int) {
@@ -601,6 +613,77 @@ void Control::record_reload(std::string_view origin, const ReloadResult& r) {
   last_reload_ = LastReload{true, r.ok, wall_ms(), std::string(origin), r.message};
   notify_systemd("READY=1\nSTATUS=" + std::string(r.ok ? "running, configuration generation " : "running; last reload failed, generation ") +
                  std::to_string(generation_));
+}
+
+// Servers that start down (role checks, initial = "down") are checked at
+// once; the workers, which accept, start only when each has answered or the
+// longest check timeout has passed. Clients that connect meanwhile wait in
+// the listen backlog, so none reaches a standby because nothing was known.
+// The listeners' sockets are already open, so a caller that saw them bound
+// is never refused.
+void Control::wait_first_checks() {
+  const std::size_t waiting = health_->waiting_first();
+  if (waiting == 0) return;
+  // The timeout ends a check; a little more lets its result arrive on a
+  // busy loop.
+  const Duration bound = health_->longest_first_wait() + std::chrono::milliseconds(100);
+  spdlog::info("waiting up to {} for the first check of {} server(s) before accepting", format_duration(bound),
+               waiting);
+  struct Wait {
+    uv_timer_t timer{};
+    bool expired = false;
+  };
+  auto* w = new Wait;
+  uv_timer_init(loop_, &w->timer);
+  w->timer.data = w;
+  uv_timer_start(&w->timer, [](uv_timer_t* t) { static_cast<Wait*>(t->data)->expired = true; },
+                 static_cast<std::uint64_t>(bound.count()), 0);
+  const TimePoint started = Clock::now();
+  while (!w->expired && health_->waiting_first() > 0) uv_run(loop_, UV_RUN_ONCE);
+  const std::size_t left = health_->waiting_first();
+  uv_timer_stop(&w->timer);
+  uv_close(as_handle(&w->timer), [](uv_handle_t* h) { delete static_cast<Wait*>(h->data); });
+  const auto took = std::chrono::duration_cast<Duration>(Clock::now() - started);
+  if (left == 0) {
+    spdlog::info("first checks answered in {}; accepting", format_duration(took));
+  } else {
+    spdlog::warn("{} server(s) did not answer their first check within {}; accepting, they stay down until they do",
+                 left, format_duration(took));
+  }
+}
+
+// on_down = "drain": the server is down, so no new session goes there; its
+// live sessions end after the upstream's drain_timeout unless it is back up
+// by then (then they were never on a failed server for long).
+void Control::drain_down(std::shared_ptr<const ServerState> server) {
+  const Upstream* up = snapshot_ ? snapshot_->find_upstream(server->upstream) : nullptr;
+  Duration timeout = up != nullptr ? up->config().drain_timeout : Duration{0};
+  if (timeout.count() <= 0 && snapshot_) timeout = snapshot_->config->global.drain_timeout;
+  if (timeout.count() <= 0) {
+    spdlog::info("upstream \"{}\" server {} down (on_down = drain): drain_timeout is 0, its sessions continue",
+                 server->upstream, server->address.text);
+    return;
+  }
+  spdlog::info("upstream \"{}\" server {} down (on_down = drain): its {} session(s) end after drain_timeout {}",
+               server->upstream, server->address.text, server->active.load(std::memory_order_relaxed),
+               format_duration(timeout));
+  struct DownDrain {
+    uv_timer_t timer{};
+    Control* control = nullptr;
+    std::shared_ptr<const ServerState> server;
+  };
+  auto* d = new DownDrain{{}, this, std::move(server)};
+  uv_timer_init(loop_, &d->timer);
+  d->timer.data = d;
+  uv_timer_start(&d->timer, [](uv_timer_t* t) {
+    auto* dd = static_cast<DownDrain*>(t->data);
+    if (!dd->control->stopping_ && dd->server->active_state() == ActiveState::down) {
+      dd->control->close_sessions(dd->server, Cause::server_down);
+    }
+    uv_close(as_handle(t), [](uv_handle_t* h) { delete static_cast<DownDrain*>(h->data); });
+  }, static_cast<std::uint64_t>(timeout.count()), 0);
+  // While stopping, the timer must not keep the loop alive.
+  uv_unref(as_handle(&d->timer));
 }
 
 void Control::close_sessions(std::shared_ptr<const ServerState> server, Cause cause) {

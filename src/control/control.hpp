@@ -105,6 +105,11 @@ class Control {
   std::string start_admin(const Config& config);
   admin::ProcessInfo process_info() const;
   void close_sessions(std::shared_ptr<const ServerState> server, Cause cause);
+  // Before the workers accept: runs the loop until every server that starts
+  // down has answered its first check, or the longest check timeout passed.
+  void wait_first_checks();
+  // on_down = "drain": closes the server's sessions after drain_timeout.
+  void drain_down(std::shared_ptr<const ServerState> server);
 
   // Readiness for a front tier (GET /ready, POST /healthcheck/*).
   bool ready() const { return !healthcheck_failed_ && !delaying_stop_ && !stopping_; }

@@ -1,5 +1,6 @@
 #include "health/checker.hpp"
 
+#include <algorithm>
 #include <iterator>
 #include <utility>
 
@@ -78,8 +79,34 @@ void HealthChecker::maybe_stopped() {
 
 double HealthChecker::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
-void HealthChecker::reported_down(Target& target) {
-  if (target.config().on_down == OnDown::close_sessions && on_down_) on_down_(target.state(), target.config());
+std::size_t HealthChecker::waiting_first() const {
+  std::size_t n = 0;
+  for (const auto& [key, target] : targets_) n += target->waiting_first() ? 1 : 0;
+  return n;
+}
+
+Duration HealthChecker::longest_first_wait() const {
+  Duration longest{0};
+  for (const auto& [key, target] : targets_) {
+    if (target->waiting_first()) longest = std::max(longest, target->config().timeout);
+  }
+  return longest;
+}
+
+void HealthChecker::reported_down(Target& target, bool role_changed) {
+  if (!on_down_) return;
+  const HealthConfig& c = target.config();
+  // A demoted node's sessions write to the wrong place: on_role_change
+  // decides for them, whatever on_down says about an ordinary failure.
+  if (role_changed && c.on_role_change == OnRoleChange::close_sessions) {
+    on_down_(target.state(), c, SessionAction::close);
+    return;
+  }
+  switch (c.on_down) {
+    case OnDown::keep: return;
+    case OnDown::close_sessions: on_down_(target.state(), c, SessionAction::close); return;
+    case OnDown::drain: on_down_(target.state(), c, SessionAction::drain); return;
+  }
 }
 
 }  // namespace sluice

@@ -28,10 +28,14 @@ class Target;
 
 class HealthChecker {
  public:
-  // Called when active checks mark a server down and its upstream says
-  // on_down = "close_sessions": the control loop closes the server's live
-  // sessions (cause server_down) through the worker mailboxes.
-  using DownCallback = std::function<void(std::shared_ptr<ServerState>, const HealthConfig&)>;
+  // What happens to a server's live sessions when checks mark it down.
+  enum class SessionAction { close, drain };
+  // Called when active checks mark a server down and its health table says
+  // its sessions end: on_down = "close_sessions" (close) or "drain" (close
+  // after the upstream's drain_timeout), or on_role_change =
+  // "close_sessions" when the server reported another role (close). The
+  // control loop closes them through the worker mailboxes.
+  using DownCallback = std::function<void(std::shared_ptr<ServerState>, const HealthConfig&, SessionAction)>;
 
   explicit HealthChecker(uv_loop_t* loop, DownCallback on_down = {});
   HealthChecker(const HealthChecker&) = delete;
@@ -59,13 +63,18 @@ class HealthChecker {
 
   // Servers being checked now.
   std::size_t size() const { return targets_.size(); }
+  // Servers that start down and whose first check has not answered yet, and
+  // the longest timeout among their checks (how long they may still take).
+  std::size_t waiting_first() const;
+  Duration longest_first_wait() const;
 
  private:
   friend class health::Target;
   void retire(std::unique_ptr<health::Target> target);
   void maybe_stopped();
   double uniform();  // [0, 1)
-  void reported_down(health::Target& target);
+  // `role_changed`: the server answered with another role than it had.
+  void reported_down(health::Target& target, bool role_changed);
 
   uv_loop_t* loop_;
   DownCallback on_down_;

@@ -27,6 +27,12 @@ class RiseFall {
     return up_;
   }
 
+  // Sets the state outright (a verdict that needs no hysteresis).
+  void reset(bool up) {
+    up_ = up;
+    streak_ = 0;
+  }
+
   bool up() const { return up_; }
   // Consecutive results against the current state so far.
   std::uint32_t streak() const { return streak_; }

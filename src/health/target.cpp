@@ -1,5 +1,6 @@
 #include "health/target.hpp"
 
+#include <string_view>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -20,7 +21,7 @@ bool same_check(const HealthConfig& a, const HealthConfig& b) {
   };
   return a.type == b.type && a.interval == b.interval && a.timeout == b.timeout && a.rise == b.rise &&
          a.fall == b.fall && a.jitter == b.jitter && a.port == b.port && a.initial == b.initial &&
-         a.on_down == b.on_down && a.slow_start == b.slow_start && a.path == b.path && a.method == b.method &&
+         a.on_down == b.on_down && a.on_role_change == b.on_role_change && a.slow_start == b.slow_start && a.path == b.path && a.method == b.method &&
          a.host == b.host && ranges_equal(a.expect_status, b.expect_status) && a.expect_body == b.expect_body &&
          a.send == b.send && a.expect == b.expect && a.expect_match == b.expect_match &&
          a.redis_role == b.redis_role && a.postgres_role == b.postgres_role && a.user == b.user &&
@@ -58,6 +59,13 @@ bool starts_up(const ServerState& state, const HealthConfig& config) {
   return config.initial == HealthInitial::up;
 }
 
+// Did a check fail because the server answered with the wrong role? The
+// database judges (postgres_probe, redis_probe, mysql_probe) all say so as
+// "role is ROLE, want ROLE"; lag, replication and Galera failures do not.
+bool wrong_role(std::string_view reason) {
+  return reason.starts_with("role is ") && reason.find(", want ") != std::string_view::npos;
+}
+
 }  // namespace
 
 Target::Target(HealthChecker& owner, std::shared_ptr<ServerState> state, const HealthConfig& config,
@@ -81,7 +89,9 @@ void Target::start() {
       waiting_first_ = true;
     }
   }
-  schedule(first_delay(config_.interval, config_.jitter, owner_.uniform()));
+  // A server held down until its first answer is checked at once: jitter
+  // spreads the load of checks, but here it would only delay the server.
+  schedule(waiting_first_ ? Duration{0} : first_delay(config_.interval, config_.jitter, owner_.uniform()));
 }
 
 void Target::schedule(Duration delay) {
@@ -112,11 +122,27 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
   }
   const bool ok = verdict == Probe::Verdict::pass;
   const bool first = std::exchange(waiting_first_, false);
+  const bool passed_before = std::exchange(last_passed_, ok);
+  const auto took = [this] { return std::chrono::duration_cast<Duration>(Clock::now() - check_started_); };
   if (ok != counter_.up() && counter_.streak() == 0) streak_started_ = check_started_;
-  if (const auto changed = counter_.record(ok)) {
+  if (first && ok) {
+    // Down only because nothing was known yet: the first answer decides
+    // (HAProxy's init-state "down"), so a primary serves as soon as it has
+    // said so, not `rise` intervals later.
+    counter_.reset(true);
+    state_->set_active(ActiveState::up, reason, took());
+  } else if (!ok && passed_before && counter_.up() && wrong_role(reason)) {
+    // A node that passed with the wanted role now reports another one: it
+    // was demoted (or promoted). No hysteresis: the answer is the server's
+    // own word, not a lost packet, and every session sent there meanwhile
+    // would write to the wrong node.
+    counter_.reset(false);
+    state_->set_active(ActiveState::down, "role changed: " + reason, took());
+    owner_.reported_down(*this, true);
+  } else if (const auto changed = counter_.record(ok)) {
     const auto detect = std::chrono::duration_cast<Duration>(Clock::now() - streak_started_);
     state_->set_active(*changed ? ActiveState::up : ActiveState::down, reason, detect);
-    if (!*changed) owner_.reported_down(*this);
+    if (!*changed) owner_.reported_down(*this, false);
   } else if (counter_.streak() == 0) {
     // Agrees with the state: the status shows this check's result (no log,
     // no transition), so a server that is up says why it is up now.

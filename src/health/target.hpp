@@ -30,7 +30,8 @@ class Target {
   Target& operator=(const Target&) = delete;
 
   // Applies `initial` when the server was never checked and schedules the
-  // first check.
+  // first check: at once for a server that starts down (it takes no
+  // traffic until a check answers), else within the jitter.
   void start();
   // Stops checking; `closed` runs once every handle is closed.
   void close(std::function<void()> closed);
@@ -38,6 +39,8 @@ class Target {
   const std::shared_ptr<ServerState>& state() const { return state_; }
   const HealthConfig& config() const { return config_; }
   const Endpoint& address() const { return address_; }
+  // Started down and no check has answered yet.
+  bool waiting_first() const { return waiting_first_; }
 
  private:
   using Timer = Handle<uv_timer_t, Target>;
@@ -58,6 +61,7 @@ class Target {
   TimePoint check_started_{};
   TimePoint streak_started_{};  // start of the first check that disagreed with the state
   bool waiting_first_ = false;   // started down (initial = "down") and no result yet
+  bool last_passed_ = false;     // the last result (not a local error) was a pass
   int parts_open_ = 0;
   std::function<void()> closed_;
 };

@@ -36,11 +36,11 @@ TimePoint PassiveHealth::eligible_from() const {
   return TimePoint::max();
 }
 
-void PassiveHealth::on_selected(TimePoint now) {
+void PassiveHealth::on_selected(TimePoint now, bool force) {
   // A down server whose period is over, or a trial that was never reported,
   // starts a (new) trial; the server stays unavailable to everyone else.
-  if ((state_ == State::down && now >= down_until_) ||
-      (state_ == State::trial && now >= trial_until_)) {
+  if ((state_ == State::down && (force || now >= down_until_)) ||
+      (state_ == State::trial && (force || now >= trial_until_))) {
     state_ = State::trial;
     trial_since_ = now;
     trial_until_ = now + fail_timeout_;

@@ -45,8 +45,10 @@ class PassiveHealth {
   // state first: the clock's minimum when up, else the end of the down
   // period or of the trial in flight.
   TimePoint eligible_from() const;
-  // The balancer chose this server: a down server whose period is over enters trial.
-  void on_selected(TimePoint now);
+  // The balancer chose this server: a down server whose period is over
+  // enters trial. `force`: at once, period or not (the upstream's only
+  // usable server, which passive failures never keep out).
+  void on_selected(TimePoint now, bool force = false);
   // A connect attempt failed (error or timeout); `error` says why, for the log.
   Transition on_failure(TimePoint now, std::string_view error);
   // A connect attempt succeeded.

@@ -59,14 +59,14 @@ bool ServerState::eligible(TimePoint now) const {
   return health_.eligible(now);
 }
 
-void ServerState::on_selected(TimePoint now) {
+void ServerState::on_selected(TimePoint now, bool lone) {
   // A clean server is up: selection changes nothing in its health.
   if (clean_.load(std::memory_order_acquire)) return;
   bool changed = false;
   {
     std::lock_guard lock(mu_);
     const TimePoint before = health_.eligible_from();
-    health_.on_selected(now);
+    health_.on_selected(now, lone);
     changed = health_.eligible_from() != before;
   }
   if (changed) notify();

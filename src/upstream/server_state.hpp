@@ -98,8 +98,10 @@ class ServerState {
   // Health and admin state (max_conns is the membership's business): may a
   // new connection be sent here now?
   bool eligible(TimePoint now) const;
-  // Called (under the upstream's pick lock) when the balancer chose this server.
-  void on_selected(TimePoint now);
+  // Called (under the upstream's pick lock) when the balancer chose this
+  // server. `lone`: chosen as its upstream's only usable server, which
+  // passive health does not keep out (the connect is a trial at once).
+  void on_selected(TimePoint now, bool lone = false);
   // The data path reports each connect attempt's outcome. Logs every up/down
   // transition once, with the reason and how long detection took. `error` is
   // e.g. "connection refused".

@@ -99,7 +99,8 @@ void Upstream::read(std::size_t i, TimePoint now) {
   const bool was_up = v.up;
   const TimePoint from = s.passive_eligible_from();
   v.enabled = s.admin() == AdminState::enabled;
-  v.up = v.enabled && s.active_state() != ActiveState::down && now >= from;
+  v.usable = v.enabled && s.active_state() != ActiveState::down;
+  v.up = v.usable && now >= from;
   up_count_ = up_count_ + (v.up ? 1 : 0) - (was_up ? 1 : 0);
   v.recheck_at = now < from ? from : TimePoint::max();
   if (v.recheck_at != TimePoint::max()) {
@@ -190,6 +191,19 @@ std::size_t Upstream::scan(bool ignore_health, const TriedSet& tried, std::strin
   return kNoCandidate;
 }
 
+std::size_t Upstream::lone_server(const TriedSet& tried) const {
+  std::size_t found = kNoCandidate;
+  for (std::size_t i = 0; i < views_.size(); ++i) {
+    if (!views_[i].usable) continue;
+    if (found != kNoCandidate) return kNoCandidate;  // two: the other takes the load
+    found = i;
+  }
+  if (found == kNoCandidate || views_[found].up || !has_room(views_[found]) || tried.contains(found)) {
+    return kNoCandidate;
+  }
+  return found;
+}
+
 long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now, bool panic) {
   std::lock_guard lock(mu_);
   catch_up(now);
@@ -206,9 +220,19 @@ long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now, 
   if (chosen == kNoCandidate && panic && config_.all_down == AllDown::fail_open && up_count_ == 0) {
     chosen = scan(true, tried, key);
   }
+  // nginx's rule: passive failures never take out the only server left.
+  // Refusing every client for fail_timeout after a lone backend restarts
+  // protects nothing; a connect that fails costs one client one attempt.
+  // Not on a fallback chain's first pass (panic false): a healthy fallback
+  // is better than a lone server passive health just took out.
+  bool lone = false;
+  if (chosen == kNoCandidate && panic) {
+    chosen = lone_server(tried);
+    lone = chosen != kNoCandidate;
+  }
   if (chosen == kNoCandidate) return -1;
   ServerState& s = *members_[chosen].state;
-  s.on_selected(now);  // a trial that starts here comes back as a notice
+  s.on_selected(now, lone);  // a trial that starts here comes back as a notice
   raise_peak(s.peak_active, s.active.fetch_add(1, std::memory_order_relaxed) + 1);
   s.total_sessions.fetch_add(1, std::memory_order_relaxed);
   publish(chosen);

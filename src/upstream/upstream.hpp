@@ -88,6 +88,7 @@ class Upstream final : public ServerWatcher {
     bool backup = false;
     bool enabled = false;  // admin state "enabled"
     bool up = false;       // enabled, not down by active checks, let in by passive health
+    bool usable = false;   // enabled and not down by active checks (passive health aside)
     bool timed = false;    // in timed_
     bool ramping = false;  // in ramping_
     TimePoint recheck_at = TimePoint::max();  // passive health lets it in from then
@@ -116,6 +117,9 @@ class Upstream final : public ServerWatcher {
   std::uint32_t weight_at(const View& v, TimePoint now) const;
   // Brings views and balancers up to `now`: notices, ended periods, ramps.
   void catch_up(TimePoint now);
+  // The one member that only passive health keeps out, when no other is
+  // enabled and not down by active checks; kNoCandidate otherwise.
+  std::size_t lone_server(const TriedSet& tried) const;
   // The scan: every member of each tier in turn, as candidates built now.
   std::size_t scan(bool ignore_health, const TriedSet& tried, std::string_view key);
 

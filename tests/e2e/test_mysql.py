@@ -86,8 +86,8 @@ def test_writes_reach_only_the_primary_and_follow_a_switchover(admin_sluice, pri
     r.sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0")
     s.log.wait_for(rf"server {re.escape(r.address)} is up \(active check\): role is primary", start=start,
                    timeout=20)
-    s.log.wait_for(rf"server {re.escape(p.address)} marked down \(active check\): role is replica", start=start,
-                   timeout=20)
+    s.log.wait_for(rf"server {re.escape(p.address)} marked down \(active check\): role changed: role is replica",
+                   start=start, timeout=20)
     for i in range(4):
         assert server_id_through(s, p, "rw") == "2"
         out = p.sql(f"INSERT INTO app.writes VALUES ({i}, @@server_id); SELECT @@server_id",

@@ -82,7 +82,7 @@ TEST_CASE("health: common keys") {
       {"port = 0\n", 4, 8, "port must be 1..65535, got 0"},
       {"port = \"8008\"\n", 4, 8, "port must be an integer, got string \"8008\""},
       {"initial = \"unknown\"\n", 4, 11, "initial must be one of up|down, got \"unknown\""},
-      {"on_down = \"close\"\n", 4, 11, "on_down must be one of keep|close_sessions, got \"close\""},
+      {"on_down = \"close\"\n", 4, 11, "on_down must be one of keep|close_sessions|drain, got \"close\""},
       {"slow_start = \"fast\"\n", 4, 14, "slow_start " + like + "\"fast\""},
   });
 }
@@ -286,4 +286,31 @@ TEST_CASE("health: defaults and every common key") {
   CHECK(c.slow_start == 30s);
   CHECK(health_of("jitter = \"100%\"\n").jitter == 1.0);
   CHECK(health_of("interval = \"500ms\"\ntimeout = \"200ms\"\n").timeout == 200ms);
+  CHECK(health_of("on_down = \"drain\"\n").on_down == sluice::OnDown::drain);
+}
+
+TEST_CASE("health: a check with a role starts down unless initial says otherwise") {
+  CHECK(health_of("type = \"postgres\"\nrole = \"primary\"\n").initial == sluice::HealthInitial::down);
+  CHECK(health_of("type = \"postgres\"\nrole = \"standby\"\n").initial == sluice::HealthInitial::down);
+  CHECK(health_of("type = \"redis\"\nrole = \"master\"\n").initial == sluice::HealthInitial::down);
+  CHECK(health_of("type = \"mysql\"\nuser = \"m\"\nrole = \"replica\"\n").initial == sluice::HealthInitial::down);
+  // No role, no reason to hold the server back.
+  CHECK(health_of("type = \"postgres\"\n").initial == sluice::HealthInitial::up);
+  CHECK(health_of("type = \"redis\"\nrole = \"any\"\n").initial == sluice::HealthInitial::up);
+  CHECK(health_of("type = \"http\"\n").initial == sluice::HealthInitial::up);
+  // Written, it wins.
+  CHECK(health_of("type = \"redis\"\nrole = \"master\"\ninitial = \"up\"\n").initial == sluice::HealthInitial::up);
+}
+
+TEST_CASE("health: on_role_change") {
+  CHECK(health_of("type = \"redis\"\nrole = \"master\"\n").on_role_change == sluice::OnRoleChange::close_sessions);
+  CHECK(health_of("type = \"postgres\"\non_role_change = \"keep\"\n").on_role_change == sluice::OnRoleChange::keep);
+  check_health_cases("", {
+      {"on_role_change = \"keep\"\n", 4, 1,
+       "key \"on_role_change\" is not allowed with type = \"tcp\" (the default); it belongs to type = \"postgres\" or "
+       "\"redis\" or \"mysql\""},
+  });
+  check_health_cases("type = \"redis\"\n", {
+      {"on_role_change = \"drain\"\n", 5, 18, "on_role_change must be one of keep|close_sessions, got \"drain\""},
+  });
 }

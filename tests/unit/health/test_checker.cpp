@@ -169,7 +169,7 @@ TEST_CASE("a check that fails for sluice's own lack of descriptors leaves the se
   auto snap = Snapshot::build(config_with(server(live.port), true, HealthInitial::down), registry, 1);
   ServerState& a = snap->find_upstream("pg")->server(0);
   int downs = 0;
-  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState>, const HealthConfig&) { ++downs; });
+  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState>, const HealthConfig&, HealthChecker::SessionAction) { ++downs; });
   checker.update(*snap);
   REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::up; }));
 
@@ -225,9 +225,11 @@ TEST_CASE("active checks bring a server up after rise passes and down after fall
   ServerState& b = up->server(1);
 
   int downs = 0;
-  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState> s, const HealthConfig& h) {
+  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState> s, const HealthConfig& h,
+                                   HealthChecker::SessionAction action) {
     CHECK(s.get() == &a);
     CHECK(h.on_down == OnDown::close_sessions);
+    CHECK(action == HealthChecker::SessionAction::close);
     ++downs;
   });
   checker.update(*snap);
@@ -236,8 +238,13 @@ TEST_CASE("active checks bring a server up after rise passes and down after fall
   CHECK(a.active_state() == ActiveState::down);
   CHECK(b.active_state() == ActiveState::down);
   CHECK(b.status(Clock::now()).active_reason == "waiting for the first check");
+  CHECK(checker.waiting_first() == 2);
+  CHECK(checker.longest_first_wait() > Duration{0});
 
-  REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::up; }));
+  // The first answer decides for a server that was only waiting for it:
+  // one pass, not `rise`.
+  REQUIRE(run_until(&loop, [&] { return checker.waiting_first() == 0; }));
+  CHECK(a.active_state() == ActiveState::up);
   CHECK(a.status(Clock::now()).active_reason == "connected");
   // The dead port never passes: it stays down, and its status says why.
   REQUIRE(run_until(&loop, [&] { return b.status(Clock::now()).active_reason == "connect refused"; }));
@@ -301,7 +308,7 @@ TEST_CASE("changed health settings replace the check but keep the server's state
   auto snap = Snapshot::build(config_with(server(live->port), true, HealthInitial::down, OnDown::keep), registry, 1);
   ServerState& a = snap->find_upstream("pg")->server(0);
   int downs = 0;
-  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState>, const HealthConfig&) { ++downs; });
+  HealthChecker checker(&loop, [&](std::shared_ptr<ServerState>, const HealthConfig&, HealthChecker::SessionAction) { ++downs; });
   checker.update(*snap);
   REQUIRE(run_until(&loop, [&] { return a.active_state() == ActiveState::up; }));
 

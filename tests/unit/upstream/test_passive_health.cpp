@@ -119,6 +119,22 @@ TEST_CASE("passive health: down -> trial -> up") {
   CHECK(h.eligible(t0 + 10s));
 }
 
+TEST_CASE("passive health: a forced selection (the only usable server) is a trial at once") {
+  PassiveHealth h(1, 10s);
+  h.on_failure(t0, "connection refused");
+  h.on_selected(t0 + 1s, true);
+  CHECK(h.state() == State::trial);
+  // It fails again: down for a new period, and forced again at once.
+  CHECK_FALSE(h.on_failure(t0 + 1s, "connection refused").changed);
+  CHECK(h.state() == State::down);
+  h.on_selected(t0 + 2s, true);
+  CHECK(h.state() == State::trial);
+  const auto t = h.on_success(t0 + 2s);
+  CHECK(t.changed);
+  CHECK(t.now_up);
+  CHECK(h.state() == State::up);
+}
+
 TEST_CASE("passive health: the recovery reason says how long the server was down") {
   PassiveHealth h(1, 10s);
   h.on_failure(t0, "connection refused");

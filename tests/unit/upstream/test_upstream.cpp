@@ -194,6 +194,42 @@ TEST_CASE("Upstream::pick: nothing eligible returns -1") {
   CHECK(up.pick(none, "key", t0 + 10s) >= 0);
 }
 
+TEST_CASE("Upstream::pick: passive failures never keep out the only usable server") {
+  LogCapture log;
+  UpstreamConfig c = pg_config(Balance::round_robin);
+  c.servers.resize(1);
+  auto up_owner = test::make_upstream(c);
+  Upstream& up = *up_owner;
+  TriedSet none;
+  up.server(0).report(ConnectResult::failed, "connection refused", t0);
+  CHECK_FALSE(up.server(0).passive_up());
+  // Well within fail_timeout, the lone server is still picked: its connect
+  // is a trial, and a success brings it back at once.
+  CHECK(up.pick(none, "", t0 + 1s) == 0);
+  up.server(0).report(ConnectResult::connected, "", t0 + 1s);
+  CHECK(up.server(0).passive_up());
+  // A session that already tried it does not get it again.
+  up.server(0).report(ConnectResult::failed, "connection refused", t0 + 2s);
+  TriedSet tried;
+  tried.add(0);
+  CHECK(up.pick(tried, "", t0 + 3s) == -1);
+
+  // Two servers, one disabled: the other is the only usable one.
+  auto two_owner = test::make_upstream(pg_config(Balance::round_robin));
+  Upstream& two = *two_owner;
+  two.server(1).set_admin(AdminState::disabled);
+  two.server(2).set_admin(AdminState::disabled);
+  two.server(0).report(ConnectResult::failed, "connection refused", t0);
+  CHECK(two.pick(none, "", t0 + 1s) == 0);
+  // With another usable server, passive health keeps the failed one out.
+  auto three_owner = test::make_upstream(pg_config(Balance::round_robin));
+  Upstream& three = *three_owner;
+  three.server(0).report(ConnectResult::failed, "connection refused", t0);
+  three.server(2).report(ConnectResult::failed, "connection refused", t0);
+  CHECK(three.pick(none, "", t0 + 1s) == 1);
+  CHECK(three.pick(none, "", t0 + 1s) == 1);
+}
+
 TEST_CASE("Upstream: make_balancer honours the configured algorithm") {
   // Two idle servers: round_robin and least_conn alternate; hash sticks to
   // one server for one key.

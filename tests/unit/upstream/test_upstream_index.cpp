@@ -86,6 +86,20 @@ std::vector<std::size_t> lightest(const Upstream& up, const TriedSet& tried, Tim
   return {};
 }
 
+// nginx's rule by the book: when no server is eligible and exactly one is
+// enabled and not down by active checks, that one (passive health aside),
+// if untried and not full.
+std::vector<std::size_t> lone(const Upstream& up, const TriedSet& tried) {
+  std::vector<std::size_t> usable;
+  for (std::size_t i = 0; i < up.size(); ++i) {
+    if (up.server(i).admin() == AdminState::enabled && up.server(i).active_state() != ActiveState::down) {
+      usable.push_back(i);
+    }
+  }
+  if (usable.size() != 1 || tried.contains(usable[0]) || !has_room(up, usable[0])) return {};
+  return usable;
+}
+
 // hash by the book: a Maglev table built afresh over the servers up now
 // (rebuilt only when the servers up or their weights changed, to keep the
 // test quick), the rest of the balancer's copy updated.
@@ -162,6 +176,7 @@ void random_history(Balance balance, bool two_pools, bool slow_start, std::uint3
         const std::size_t h = fresh.pick(ref, key, now);
         if (h != kNoCandidate) allowed.push_back(h);
       }
+      if (allowed.empty() && (balance == Balance::least_conn || tried.empty())) allowed = lone(ref, tried);
       const long got = pools[p]->pick(tried, key, now);
       if (balance == Balance::least_conn || tried.empty()) {
         if (allowed.empty()) {
