@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh --build   # only what building and running needs; tools/test.sh adds the rest
 echo "building..."
-tools/build.sh build -Dbuildtype=release -Dtests=false -Dtools=false
+tools/build.sh build-demo -Dbuildtype=release -Dtests=false -Dtools=false
 /usr/bin/python3 tools/demo_backends.py 9101 9102 9103 &
 backends=$!
 trap 'kill "$backends" 2>/dev/null || true' EXIT
@@ -21,4 +21,4 @@ Drain a server: curl -X POST 127.0.0.1:9090/upstreams/demo/servers/127.0.0.1:910
 Access-log lines appear below, one per connection. Ctrl-C stops.
 
 MSG
-build/sluice -c conf/sluice.toml
+build-demo/sluice -c conf/sluice.toml
