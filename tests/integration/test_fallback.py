@@ -107,22 +107,31 @@ def test_fallback_comes_before_fail_open(admin_sluice, backends):  # noqa: F811
     assert (rec["upstream"], rec["fallback"]) == ("reads", "0"), rec
 
 
+def fallback_line(text: str) -> int:
+    """The line of the first `fallback = ...` (rendered listeners may carry
+    extra lines, such as the splice mode the suite runs with)."""
+    return next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("fallback = "))
+
+
 def test_check_names_a_looping_chain_at_its_key(tmp_path):
     path = tmp_path / "loop.toml"
-    path.write_text(harness.render_config(
+    text = harness.render_config(
         None, [listener(upstream="a")],
-        {"a": upstream("127.0.0.1:1", fallback="b"), "b": upstream("127.0.0.1:2", fallback="a")}))
+        {"a": upstream("127.0.0.1:1", fallback="b"), "b": upstream("127.0.0.1:2", fallback="a")})
+    path.write_text(text)
     res = harness.run_check(path)
     assert res.returncode == 1, res
     err = res.stderr.decode()
-    assert f"{path}:7:12: upstream \"a\": fallback chain loops (a -> b -> a)" in err, err
+    assert f"{path}:{fallback_line(text)}:12: upstream \"a\": fallback chain loops (a -> b -> a)" in err, err
 
-    path.write_text(harness.render_config(
-        None, [listener(upstream="a")], {"a": upstream("127.0.0.1:1", fallback="primary")}))
+    text = harness.render_config(
+        None, [listener(upstream="a")], {"a": upstream("127.0.0.1:1", fallback="primary")})
+    path.write_text(text)
     res = harness.run_check(path)
     assert res.returncode == 1, res
     err = res.stderr.decode()
-    assert f"{path}:7:12: upstream \"a\": fallback \"primary\" is not defined; known upstreams: none" in err, err
+    assert f"{path}:{fallback_line(text)}:12: upstream \"a\": fallback \"primary\" is not defined; known upstreams: none" \
+        in err, err
 
 
 def test_reload_adds_a_fallback_and_keeps_its_count(admin_sluice, backends):  # noqa: F811
