@@ -44,8 +44,11 @@ py=/usr/bin/python3
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
 # Builds in clones at other paths share compiled objects (ccache, when
-# installed, is used by meson on its own).
+# installed, is used by meson on its own): paths are hashed relative to the
+# tree, and not the build directory's own path (it only names the sources'
+# directory in the debug information).
 export CCACHE_BASEDIR=$PWD
+export CCACHE_NOHASHDIR=true
 
 # Each step leaves in $log: NAME.log (its output), NAME.count ("passed
 # failed"), NAME.time ("start end" in seconds since the epoch) and, when it
