@@ -166,6 +166,8 @@ tsan_tests=(
   tests/e2e/test_active_health.py
   tests/e2e/test_databases.py
   tests/e2e/test_postgres_sni.py
+  tests/integration/test_safe_start.py
+  tests/integration/test_readiness.py
 )
 
 # Passes when no ThreadSanitizer report was written to $1 (a directory);
