@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 
 #include <spdlog/spdlog.h>
 
+#include "config/values.hpp"
 #include "sluice/address.hpp"
 
 namespace sluice::discovery {
@@ -34,30 +36,12 @@ bool same_resolver(const ResolverConfig& a, const ResolverConfig& b) {
 }
 
 // "10.0.0.7:5432" / "[2001:db8::7]:5432" (from address_text) as an Endpoint.
+// The text is numeric, so the loader's parser looks nothing up.
 Endpoint endpoint_of(const std::string& address) {
-  Endpoint ep;
-  ep.text = address;
-  const auto colon = address.rfind(':');
-  ep.port = static_cast<std::uint16_t>(std::stoul(address.substr(colon + 1)));
-  std::string ip = address.substr(0, colon);
-  if (ip.starts_with('[')) {
-    ip = ip.substr(1, ip.size() - 2);
-    sockaddr_in6 sin6{};
-    sin6.sin6_family = AF_INET6;
-    sin6.sin6_port = htons(ep.port);
-    ::inet_pton(AF_INET6, ip.c_str(), &sin6.sin6_addr);
-    std::memcpy(&ep.addr, &sin6, sizeof sin6);
-    ep.addr_len = sizeof sin6;
-  } else {
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_port = htons(ep.port);
-    ::inet_pton(AF_INET, ip.c_str(), &sin.sin_addr);
-    std::memcpy(&ep.addr, &sin, sizeof sin);
-    ep.addr_len = sizeof sin;
-  }
-  ep.host = std::move(ip);
-  return ep;
+  std::string error;
+  std::optional<Endpoint> ep = parse_address(address, false, error);
+  if (!ep) throw std::runtime_error("discovered address " + address + " " + error);
+  return std::move(*ep);
 }
 
 std::string describe_lookup(RecordType type, const std::string& name) {
