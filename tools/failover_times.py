@@ -240,14 +240,19 @@ KINDS = {"postgres": PostgresPair, "mysql": MariaDbPair, "redis": RedisPair}
 
 # --------------------------------------------------------------------------
 
-def start_sluice(binary: Path, workdir: Path, pair, name: str) -> harness.Sluice:
+def start_sluice(binary: Path, workdir: Path, pair, name: str, settings: dict) -> harness.Sluice:
     config = harness.render_config(
         {"workers": 1, "log_level": "info", "access_log": "off"},
         [harness.listener("db", "db")],
-        {"db": harness.upstream(*(s.address for s in pair.servers), health=pair.health)})
+        {"db": harness.upstream(*(s.address for s in pair.servers), health={**pair.health, **settings})})
     s = harness.Sluice(workdir, config, ["db"], name=name)
     s.start()
     return s
+
+
+def seconds(text: str) -> float:
+    """"2s" or "500ms" in seconds."""
+    return float(text[:-2]) / 1000 if text.endswith("ms") else float(text[:-1])
 
 
 def ask(pair, port: int) -> str | None:
@@ -274,18 +279,19 @@ def one_run(pair, port: int, old, new) -> tuple[float, float | None]:
         time.sleep(max(0.0, POLL_S - (time.monotonic() - began)))
 
 
-def measure(kind: str, binary: Path, runs: int, workdir: Path) -> dict:
+def measure(kind: str, binary: Path, runs: int, workdir: Path, settings: dict) -> dict:
     pair = KINDS[kind](workdir)
     s = None
     try:
-        s = start_sluice(binary, workdir, pair, kind)
+        s = start_sluice(binary, workdir, pair, kind, settings)
         port = s.port("db")
         primary, replica = pair.servers
         harness.wait_until(lambda: ask(pair, port) == primary.address, timeout=30, interval=0.1,
                            what="the first session on the primary")
         times, olds = [], []
+        pause = seconds(settings.get("interval", "2s"))
         for i in range(runs):
-            time.sleep(random.uniform(0, 2.0))  # anywhere in the 2 s check schedule
+            time.sleep(random.uniform(0, pause))  # anywhere in the check schedule
             mark = len(s.log.lines)
             new_in, old_last = one_run(pair, port, primary, replica)
             times.append(new_in)
@@ -309,25 +315,34 @@ def main() -> int:
     ap.add_argument("--sluice", default=str(REPO / "build" / "sluice"))
     ap.add_argument("--runs", type=int, default=10, help="role changes per kind (default 10)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: " + ",".join(KINDS))
+    ap.add_argument("--interval", help='the check interval, e.g. "500ms" (default: the default, 2s)')
+    ap.add_argument("--rise", type=int, help="passes to come up (default: the default, 2)")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     bad = [k for k in kinds if k not in KINDS]
     if bad or not 1 <= args.runs <= 100:
         ap.error("unknown kind " + ", ".join(bad) if bad else "--runs must be 1..100")
+    settings = {}
+    if args.interval:
+        settings["interval"] = args.interval
+    if args.rise:
+        settings["rise"] = args.rise
     os.environ["SLUICE_BIN"] = str(Path(args.sluice).resolve())
     results = []
     for kind in kinds:
         workdir = Path(tempfile.mkdtemp(prefix=f"sluice-failover-{kind}-"))
         try:
-            results.append(measure(kind, Path(args.sluice), args.runs, workdir))
+            results.append(measure(kind, Path(args.sluice), args.runs, workdir, settings))
         except (Failed, AssertionError, subprocess.TimeoutExpired, OSError) as exc:
             print(f"failover_times: {kind}: {exc}", file=sys.stderr)
             results.append({"name": kind, "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"# failover detection, {args.runs} role change(s) per kind, default check settings "
-          "(interval 2s, timeout 1s, rise 2, fall 3, jitter 10%)\n")
+    written = ", ".join(f"{k} = {v}" for k, v in settings.items())
+    print(f"# failover detection, {args.runs} role change(s) per kind, check settings: "
+          + (f"{written}, the rest default" if written else "the defaults")
+          + " (interval 2s, timeout 1s, rise 2, fall 3, jitter 10%)\n")
     print("| database | first session on the new primary: median | max | "
           "runs where a session still reached the old primary | latest such session |")
     print("|---|---|---|---|---|")
