@@ -33,6 +33,7 @@ stopped here, by its PID.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -60,6 +61,16 @@ class Failed(Exception):
     pass
 
 
+@contextlib.contextmanager
+def stopped_on_error(pair):
+    """A pair that fails while starting stops what it had started."""
+    try:
+        yield
+    except BaseException:
+        pair.stop()
+        raise
+
+
 # --------------------------------------------------------------------------
 # The three kinds of pair. Each has `servers` (two, the primary first at the
 # start), `health` (the check table, role included), `ask(port)` (which
@@ -81,13 +92,14 @@ class PostgresPair:
             raise Failed(why)
         self.root = dbpeers.make_pg_root()
         self.servers = []
-        a = dbpeers.PgCluster(self.root, "a")
-        with open(a.datadir / "pg_hba.conf", "a") as f:
-            f.write("host  replication all 127.0.0.1/32 trust\n")
-        self.servers.append(self.Node(a))
-        b = self._standby_cluster("b", self.servers[0])
-        self.servers.append(self.Node(b))
-        self._wait_streaming(self.servers[1], self.servers[0])
+        with stopped_on_error(self):
+            a = dbpeers.PgCluster(self.root, "a")
+            with open(a.datadir / "pg_hba.conf", "a") as f:
+                f.write("host  replication all 127.0.0.1/32 trust\n")
+            self.servers.append(self.Node(a))
+            b = self._standby_cluster("b", self.servers[0])
+            self.servers.append(self.Node(b))
+            self._wait_streaming(self.servers[1], self.servers[0])
         self.health = {"type": "postgres", "role": "primary", "user": dbpeers.PG_USER, "sslmode": "disable"}
 
     def _standby_cluster(self, name: str, primary) -> dbpeers.PgCluster:
@@ -144,9 +156,10 @@ class MariaDbPair:
         if why:
             raise Failed(why)
         self.servers = []
-        template = mp.install_template(workdir)
-        self.servers.append(mp.make_primary(template, workdir / "a"))
-        self.servers.append(mp.make_replica(template, workdir / "b", self.servers[0], server_id=2))
+        with stopped_on_error(self):
+            template = mp.install_template(workdir)
+            self.servers.append(mp.make_primary(template, workdir / "a"))
+            self.servers.append(mp.make_replica(template, workdir / "b", self.servers[0], server_id=2))
         pw = workdir / "monitor-password"
         pw.write_text(mp.MONITOR_PASSWORD + "\n")
         self.health = {"type": "mysql", "role": "primary", "user": mp.MONITOR_USER, "password_file": str(pw)}
@@ -204,9 +217,11 @@ class RedisPair:
         why = dbpeers.redis_missing()
         if why:
             raise Failed(why)
-        self.servers = [dbpeers.RedisServer(workdir / "a")]
-        self.servers.append(dbpeers.RedisServer(workdir / "b"))
-        self.follow(self.servers[1], self.servers[0])
+        self.servers = []
+        with stopped_on_error(self):
+            self.servers.append(dbpeers.RedisServer(workdir / "a"))
+            self.servers.append(dbpeers.RedisServer(workdir / "b"))
+            self.follow(self.servers[1], self.servers[0])
         self.health = {"type": "redis", "role": "primary"}
 
     @staticmethod
