@@ -47,6 +47,7 @@ PEERS = ("haproxy", "nginx", NGINX_HALF_CLOSE)
 ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "bulk_fault", "idle", "tls", "sys", "sys_sc",
              "pgbench", "pgbench_c", "conn_1000", "conn_1000_hash", "conn_1000_dns",
              "conn_1000_dns_hash"]
+ALL_LOADS.insert(ALL_LOADS.index("pgbench_c") + 1, "sysbench")
 PG_LOADS = ("pgbench", "pgbench_c")
 MANY_LOADS = ("conn_1000", "conn_1000_hash")
 MANY_SERVERS = 1000
@@ -83,6 +84,11 @@ PROFILES = {
         "many_s": 1.5,
     },
 }
+
+
+# The sysbench load's sizes, per profile.
+PROFILES["full"].update({"sb_s": 10, "sb_c": 8, "sb_tables": 2, "sb_rows": 10000})
+PROFILES["quick"].update({"sb_s": 2, "sb_c": 8, "sb_tables": 1, "sb_rows": 10000})
 
 
 class BenchError(Exception):
@@ -761,6 +767,18 @@ def pgbench_figure(pattern, text):
     return float(m.group(1)) if m else None
 
 
+def timed_client(call):
+    """Runs a client command (call() -> CompletedProcess); its result with the
+    wall time and the CPU time the command used (children's rusage)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    res = call()
+    elapsed = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"res": res, "elapsed": elapsed, "cpu_s": cpu}
+
+
 def load_pgbench(ctx, proxy, new_connections):
     """pgbench -S (one primary-key SELECT per transaction) through the proxy,
     on persistent connections or with -C (a new connection per transaction)."""
@@ -769,16 +787,7 @@ def load_pgbench(ctx, proxy, new_connections):
     if new_connections:
         args.append("-C")
 
-    def run():
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.monotonic()
-        res = ctx.pg.pgbench(proxy.port, args, p["pg_s"] + 60)
-        elapsed = time.monotonic() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-        return {"res": res, "elapsed": elapsed, "cpu_s": cpu}
-
-    r = measure(proxy, run)
+    r = measure(proxy, lambda: timed_client(lambda: ctx.pg.pgbench(proxy.port, args, p["pg_s"] + 60)))
     out, err = r["res"].stdout, r["res"].stderr
     xacts = pgbench_figure(r"number of transactions actually processed: (\d+)", out)
     tps = pgbench_figure(r"tps = ([0-9.]+)", out)
@@ -794,6 +803,82 @@ def load_pgbench(ctx, proxy, new_connections):
 def last_line(text):
     lines = text.strip().splitlines()
     return lines[-1] if lines else ""
+
+
+# --------------------------------------------------------------------------
+# MariaDB for the sysbench load: the end-to-end tests' helpers start it
+# (tests/e2e/mariadb_peers.py: mariadb-install-db, then mariadbd on a free
+# 127.0.0.1 port, stopped by its PID); sysbench prepares its tables once.
+
+SYSBENCH_LOADS = ("sysbench",)
+
+
+def import_mariadb_peers():
+    """(module, None) or (None|module, why the sysbench load cannot run)."""
+    dbpeers, _ = import_dbpeers()  # also puts the tests' folders on sys.path
+    if dbpeers is None:
+        return None, "cannot load tests/e2e/dbpeers.py"
+    try:
+        import mariadb_peers
+    except ImportError as exc:
+        return None, f"cannot load tests/e2e/mariadb_peers.py ({exc})"
+    if not shutil.which("sysbench"):
+        return mariadb_peers, "sysbench not found (Debian package sysbench)"
+    return mariadb_peers, mariadb_peers.missing()
+
+
+class MariaDbServer:
+    """A throwaway MariaDB in the benchmark's directory with sysbench's
+    oltp tables (small enough to stay in the buffer pool: the proxy is
+    measured, not the disk)."""
+
+    def __init__(self, peers, workdir, tables, rows):
+        self.server = None
+        self.common = [f"--tables={tables}", f"--table-size={rows}"]
+        root = Path(workdir) / "mariadb"
+        root.mkdir()
+        try:
+            self.server = peers.MariaDb(peers.install_template(root), root / "server", server_id=1)
+            self.port = self.server.port
+            self.server.sql("CREATE DATABASE sbtest")
+            prep = self.sysbench(self.port, ["prepare"], 300)
+            if prep.returncode != 0:
+                raise BenchError("sysbench prepare failed: " + (prep.stderr or prep.stdout).strip()[-300:])
+        except AssertionError as exc:  # what mariadb_peers raises when a step fails
+            self.stop()
+            raise BenchError(f"MariaDB did not start: {exc}") from None
+        except BaseException:
+            self.stop()
+            raise
+
+    def sysbench(self, port, args, timeout):
+        return subprocess.run(
+            ["sysbench", "oltp_read_only", "--db-driver=mysql", "--mysql-host=127.0.0.1",
+             f"--mysql-port={port}", "--mysql-user=root", "--mysql-db=sbtest", *self.common, *args],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+
+    def stop(self):
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def load_sysbench(ctx, proxy):
+    """sysbench oltp_read_only through the proxy: a transaction is BEGIN, 14
+    SELECTs (10 by primary key, 4 over ranges) and COMMIT, on persistent
+    connections."""
+    p = ctx.profile
+    args = [f"--threads={p['sb_c']}", f"--time={p['sb_s']}", "run"]
+    r = measure(proxy, lambda: timed_client(lambda: ctx.mariadb.sysbench(proxy.port, args, p["sb_s"] + 60)))
+    out, err = r["res"].stdout, r["res"].stderr
+    xacts = pgbench_figure(r"transactions:\s+(\d+)", out)
+    tps = pgbench_figure(r"transactions:\s+\d+\s+\(([0-9.]+) per sec", out)
+    if r["res"].returncode != 0 or not xacts or tps is None:
+        raise BenchError(f"sysbench exited {r['res'].returncode}: " + (err.strip() or out.strip())[-300:])
+    failed = pgbench_figure(r"ignored errors:\s+(\d+)", out) or 0
+    return {"rate": tps, "lat_ms": pgbench_figure(r"avg:\s+([0-9.]+)", out),
+            **cost_per(r, xacts, 1e6), "errors": int(failed), "client_busy": client_busy(r),
+            "xacts": xacts, "first_error": last_line(err) if failed else ""}
 
 
 # --------------------------------------------------------------------------
@@ -940,7 +1025,8 @@ def load_many_dns(ctx, start, balance):
 LOAD_FUNCS = {"conn": load_conn, "conn_sc": load_conn, "rr": load_rr, "bulk": load_bulk,
               "idle": load_idle, "tls": load_tls, "sys": load_syscalls, "sys_sc": load_syscalls,
               "pgbench": lambda ctx, proxy: load_pgbench(ctx, proxy, False),
-              "pgbench_c": lambda ctx, proxy: load_pgbench(ctx, proxy, True)}
+              "pgbench_c": lambda ctx, proxy: load_pgbench(ctx, proxy, True),
+              "sysbench": load_sysbench}
 # Loads that start their own proxies: (ctx, start) -> figures, where
 # start(name, **shape) returns a running Proxy (stopped by run_load at the latest).
 MULTI_PROXY_FUNCS = {"bulk_fault": load_bulk_fault,
@@ -958,6 +1044,8 @@ def proxy_shape(load, ctx):
         return {"tls": ctx.backends.tls}
     if load in PG_LOADS:
         return {"plain": [ctx.pg.port]}
+    if load in SYSBENCH_LOADS:
+        return {"plain": [ctx.mariadb.port]}
     if load.endswith("_sc"):
         return {"plain": ctx.backends.echo_close}
     return {"plain": ctx.backends.echo}
@@ -1010,6 +1098,9 @@ def describe(load, p):
                    f"{p['pg_scale']}) on {p['pg_c']} persistent connections (-j 2), {p['pg_s']} s",
         "pgbench_c": f"pgbench -S -C: as pgbench, but a new connection for every transaction; "
                      f"{p['pg_c']} clients (-j 2), {p['pg_s']} s",
+        "sysbench": f"sysbench oltp_read_only (BEGIN, 14 SELECTs, COMMIT per transaction) through the "
+                    f"proxy to a local MariaDB ({p['sb_tables']} table(s) of {p['sb_rows']} rows) on "
+                    f"{p['sb_c']} persistent connections, {p['sb_s']} s",
         "conn_1000": f"the conn load ({p['conn_c']} concurrent, {p['many_s']} s) with least_conn "
                      f"over {MANY_SERVERS} servers, against the same with 1 server",
         "conn_1000_hash": f"the conn load ({p['conn_c']} concurrent, {p['many_s']} s) with a hash "
@@ -1083,6 +1174,7 @@ COLUMNS["conn_1000_dns_hash"] = COLUMNS["conn_1000_dns"]
 COLUMNS["conn_sc"] = COLUMNS["conn"]
 COLUMNS["sys_sc"] = COLUMNS["sys"]
 COLUMNS["pgbench_c"] = COLUMNS["pgbench"]
+COLUMNS["sysbench"] = COLUMNS["pgbench"]
 COLUMNS["conn_1000_hash"] = COLUMNS["conn_1000"]
 
 
@@ -1105,6 +1197,7 @@ RATIOS["conn_1000_dns_hash"] = RATIOS["conn_1000"]
 RATIOS["conn_sc"] = RATIOS["conn"]
 RATIOS["sys_sc"] = RATIOS["sys"]
 RATIOS["pgbench_c"] = RATIOS["pgbench"]
+RATIOS["sysbench"] = RATIOS["pgbench"]
 RATIOS["conn_1000_hash"] = RATIOS["conn_1000"]
 
 MACHINE_NOTE = (
@@ -1232,6 +1325,8 @@ HEADLINES = [
     ("pgbench", "cpu_per_op", "pgbench -S, CPU µs/xact", "{:.1f}"),
     ("pgbench_c", "rate", "pgbench -S -C, tps", "{:.0f}"),
     ("pgbench_c", "cpu_per_op", "pgbench -S -C, CPU µs/xact", "{:.1f}"),
+    ("sysbench", "rate", "sysbench oltp_read_only, tps", "{:.0f}"),
+    ("sysbench", "cpu_per_op", "sysbench oltp_read_only, CPU µs/xact", "{:.1f}"),
     ("conn_1000", "cpu_per_op", "1000 servers least_conn, CPU µs/conn", "{:.1f}"),
     ("conn_1000", "scale_rate", "1000 servers least_conn, conn/s 1000/1", "{:.2f}"),
     ("conn_1000", "scale_cpu", "1000 servers least_conn, CPU/conn 1000/1", "{:.2f}"),
@@ -1285,6 +1380,7 @@ CHART_FIGURES = [
     ("tls", "cpu_per_op", "TLS preread\nCPU/conn"),
     ("pgbench", "cpu_per_op", "pgbench -S\nCPU/xact"),
     ("pgbench_c", "cpu_per_op", "pgbench -S -C\nCPU/xact"),
+    ("sysbench", "cpu_per_op", "sysbench oltp_ro\nCPU/xact"),
     ("conn_1000", "cpu_per_op", "1000 servers\nCPU/conn"),
 ]
 
@@ -1351,7 +1447,9 @@ def loads_help():
               "at the end. The conn_1000 loads reach one echo backend at 1000 loopback addresses",
               "(127.0.0.1 ... 127.0.3.232). The conn_1000_dns loads get the same addresses from",
               "a dnsmasq the benchmark starts (one name, refreshed every second) and run sluice",
-              "only; without dnsmasq (Debian dnsmasq-base) they are skipped with a message."]
+              "only; without dnsmasq (Debian dnsmasq-base) they are skipped with a message.",
+              "The sysbench load starts a throwaway MariaDB the same way (Debian mariadb-server",
+              "and sysbench; without them it is skipped with a message)."]
     return "\n".join(lines)
 
 
@@ -1409,6 +1507,12 @@ def skip_unavailable(load_list):
             for load in PG_LOADS:
                 if load in load_list:
                     skipped[load] = f"PostgreSQL is not installed here: {missing}"
+    if any(l in load_list for l in SYSBENCH_LOADS):
+        _, missing = import_mariadb_peers()
+        if missing:
+            for load in SYSBENCH_LOADS:
+                if load in load_list:
+                    skipped[load] = f"MariaDB or sysbench is not installed here: {missing}"
     if not dnsmasq_binary():
         for load in DNS_LOADS:
             if load in load_list:
@@ -1447,6 +1551,7 @@ def main():
     ctx = Context()
     ctx.procs, ctx.loadgen, ctx.profile, ctx.workdir = procs, args.loadgen, profile, workdir
     ctx.pg = None
+    ctx.mariadb = None
     ctx.dns = None
     try:
         ctx.backends = Backends(procs, args.loadgen, workdir, "tls" in args.load_list,
@@ -1459,6 +1564,17 @@ def main():
                 print(f"bench: pgbench loads: {msg}", file=sys.stderr)
                 for system in args.systems:
                     for load in PG_LOADS:
+                        if load in args.load_list:
+                            results[system][load] = msg
+        if any(l in args.load_list for l in SYSBENCH_LOADS):
+            try:
+                ctx.mariadb = MariaDbServer(import_mariadb_peers()[0], workdir, profile["sb_tables"],
+                                            profile["sb_rows"])
+            except (BenchError, subprocess.TimeoutExpired, OSError) as exc:
+                msg = str(exc).replace("\n", " ")
+                print(f"bench: sysbench load: {msg}", file=sys.stderr)
+                for system in args.systems:
+                    for load in SYSBENCH_LOADS:
                         if load in args.load_list:
                             results[system][load] = msg
         dns_loads = [l for l in DNS_LOADS if l in args.load_list]
@@ -1504,6 +1620,8 @@ def main():
     finally:
         if ctx.pg is not None:
             ctx.pg.stop()
+        if ctx.mariadb is not None:
+            ctx.mariadb.stop()
         procs.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
 
