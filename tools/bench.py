@@ -39,11 +39,22 @@ ALL_SYSTEMS = ["sluice", "haproxy", "nginx"]
 # sluice-nohalfclose ends a session on its first FIN, like nginx's default.
 VARIANT_SYSTEMS = {"sluice-pipe": ['splice = "pipe"'], "sluice-auto": ['splice = "auto"'],
                    "sluice-nohalfclose": ["half_close = false"]}
+# TCP keepalive and several workers, beside peers configured the same way
+# (see PEER_VARIANTS). sluice-base-* run the --sluice-base binary.
+VARIANT_SYSTEMS.update({
+    "sluice-keepalive": ["tcp_keepalive = true"], "sluice-base-keepalive": ["tcp_keepalive = true"],
+    "sluice-w2": ["workers = 2"], "sluice-base-w2": ["workers = 2"]})
 # nginx with `proxy_half_close on`: a FIN is passed on and the session waits
 # for the other side's, as sluice always does and HAProxy does by default
 # (nginx's default closes both sides on the first FIN). Opt-in, beside nginx.
 NGINX_HALF_CLOSE = "nginx-halfclose"
-PEERS = ("haproxy", "nginx", NGINX_HALF_CLOSE)
+# nginx-keepalive: `so_keepalive=60s:10s:6` on `listen` and `proxy_socket_keepalive
+# on` (sluice's default keepalive; nginx cannot set the server leg's times, so
+# that leg uses the kernel's). haproxy-w2 / nginx-w2: `nbthread 2` /
+# `worker_processes 2`, beside sluice-w2.
+PEER_VARIANTS = {"nginx-keepalive": {"keepalive": True}, "nginx-w2": {"workers": 2},
+                 "haproxy-w2": {"nbthread": 2}}
+PEERS = ("haproxy", "nginx", NGINX_HALF_CLOSE, *PEER_VARIANTS)
 ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "bulk_fault", "idle", "tls", "sys", "sys_sc",
              "pgbench", "pgbench_c", "conn_1000", "conn_1000_hash", "conn_1000_dns",
              "conn_1000_dns_hash"]
@@ -156,6 +167,18 @@ def cpu_seconds(pids):
             fields = f.read().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / CLK_TCK
+
+
+def worker_pids(pid, count, timeout=5.0):
+    """The `count` child processes of `pid` (nginx's workers under its master)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        kids = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(k) for k in f.read().split()]
+        if len(kids) >= count or time.monotonic() > deadline:
+            return kids
 
 
 def rss_bytes(pids):
@@ -304,9 +327,13 @@ def server_address(server):
 
 def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", settings=(), fault=None,
                   tail=()):
+    # A variant's `workers` goes to [global]; its tcp_keepalive replaces ours.
+    workers = [x for x in settings if x.startswith("workers")] or ["workers = 1"]
+    keepalive = [x for x in settings if x.startswith("tcp_keepalive")] or ["tcp_keepalive = false"]
+    settings = [x for x in settings if not x.startswith(("workers", "tcp_keepalive"))]
     out = [
         "[global]",
-        "workers = 1",
+        *workers,
         'access_log = "off"',
         'log_level = "error"',
         "",
@@ -318,7 +345,7 @@ def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", setti
         # HAProxy and nginx leave TCP keepalive off unless asked; sluice
         # turns it on by default, which costs four setsockopt calls per
         # server connection. Measured like for like.
-        "tcp_keepalive = false",
+        *keepalive,
     ]
     out += settings
     upstreams = {}
@@ -349,10 +376,10 @@ def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", setti
     return "\n".join(out) + "\n"
 
 
-def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn", fault=None):
+def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn", fault=None, nbthread=1):
     out = [
         "global",
-        "    nbthread 1",
+        f"    nbthread {nbthread}",
         "    maxconn 8000",
         "",
         "defaults",
@@ -386,12 +413,13 @@ def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn", faul
 
 
 def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn",
-                 half_close=False, fault=None):
+                 half_close=False, fault=None, keepalive=False, workers=1):
     out = [
         f"load_module {NGINX_STREAM_MODULE};",
-        "worker_processes 1;",
+        f"worker_processes {workers};",
         "daemon off;",
-        "master_process off;",
+        # Several workers need the master process (one process otherwise).
+        f"master_process {'on' if workers > 1 else 'off'};",
         f"pid {workdir}/nginx.pid;",
         f"error_log {workdir}/nginx-error.log crit;",
         "worker_rlimit_nofile 20000;",
@@ -418,10 +446,12 @@ def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn
         out.append("  }")
     out += [
         "  server {",
-        f"    listen 127.0.0.1:{listen_port};",
+        f"    listen 127.0.0.1:{listen_port}{' so_keepalive=60s:10s:6' if keepalive else ''};",
         f"    proxy_connect_timeout {CONNECT_TIMEOUT_S}s;",
         f"    proxy_timeout {IDLE_TIMEOUT_S}s;",
     ]
+    if keepalive:
+        out.append("    proxy_socket_keepalive on;")
     if half_close:
         out.append("    proxy_half_close on;")
     if tls:
@@ -450,19 +480,20 @@ class Proxy:
         self.log = os.path.join(workdir, f"{system}-{tag}.log")
         conf_dir = os.path.join(workdir, f"{system}-{tag}")
         os.makedirs(conf_dir, exist_ok=True)
+        peer = PEER_VARIANTS.get(system, {})
         if system in ("sluice", "sluice-base") or system in VARIANT_SYSTEMS:
             path = os.path.join(conf_dir, "sluice.toml")
             text = sluice_config(self.port, plain, tls, balance, VARIANT_SYSTEMS.get(system, ()), fault,
                                  sluice_tail)
             argv = [binary, "-c", path]
-        elif system == "haproxy":
+        elif system.startswith("haproxy"):
             path = os.path.join(conf_dir, "haproxy.cfg")
-            text = haproxy_config(self.port, plain, tls, balance, fault)
+            text = haproxy_config(self.port, plain, tls, balance, fault, **peer)
             argv = [binary, "-db", "-f", path]
         else:
             path = os.path.join(conf_dir, "nginx.conf")
             text = nginx_config(self.port, conf_dir, plain, tls, balance,
-                                half_close=system == NGINX_HALF_CLOSE, fault=fault)
+                                half_close=system == NGINX_HALF_CLOSE, fault=fault, **peer)
             argv = [binary, "-p", conf_dir, "-e", os.path.join(conf_dir, "nginx-error.log"),
                     "-c", path]
         with open(path, "w") as f:
@@ -475,6 +506,8 @@ class Proxy:
             raise BenchError(f"{system} did not start: {why}")
         # With one worker thread and master_process off, each proxy is one process.
         self.pids = [self.proc.pid]
+        if peer.get("workers", 1) > 1:
+            self.pids += worker_pids(self.proc.pid, peer["workers"])
 
     def alive(self):
         return self.proc.poll() is None
@@ -492,8 +525,13 @@ class Proxy:
 # --------------------------------------------------------------------------
 # Loads. Each returns a dict of figures for one (system, load) run.
 
+# `taskset -c CPUS` when --pin-loadgen is given: the load generator's client
+# kept on its own CPUs, apart from the proxy's workers.
+LOADGEN_PREFIX = []
+
+
 def run_loadgen(loadgen, args, timeout):
-    res = subprocess.run([loadgen, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    res = subprocess.run([*LOADGEN_PREFIX, loadgen, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          timeout=timeout)
     lines = [l for l in res.stdout.decode().splitlines() if l.startswith("{")]
     if not lines:
@@ -574,8 +612,9 @@ def load_syscalls(ctx, proxy):
     if not shutil.which("strace"):
         raise BenchError("strace not installed")
     out = os.path.join(ctx.workdir, f"strace-{proxy.port}.txt")
+    # Every process of the proxy (nginx's workers too, when it has several).
     tracer = ctx.procs.start(["strace", "-c", "-f", "-q", "-U", "calls,name", "-o", out,
-                              "-p", str(proxy.proc.pid)])
+                              *[a for pid in proxy.pids for a in ("-p", str(pid))]])
     time.sleep(1.0)  # attaching to every thread takes a moment
     try:
         r = run_loadgen(ctx.loadgen, ["conn", "--target", f"127.0.0.1:{proxy.port}",
@@ -1271,6 +1310,8 @@ def print_table(load, summary, systems, profile):
         others = list(PEERS)
         if mine == "sluice":
             others.insert(0, "sluice-base")
+        elif mine.startswith("sluice-") and not mine.startswith("sluice-base"):
+            others.insert(0, mine.replace("sluice-", "sluice-base-", 1))
         for other in others:
             if other in systems and not isinstance(summary[other], str):
                 ratio_rows.append((mine, other))
@@ -1461,12 +1502,15 @@ def parse_args():
     ap.add_argument("--sluice-base", metavar="BINARY",
                     help="also run this sluice binary as system sluice-base (an earlier build: "
                          "before/after figures from one run)")
+    ap.add_argument("--pin-loadgen", metavar="CPUS",
+                    help="run the load generator's client under taskset -c CPUS (e.g. 1)")
     ap.add_argument("--haproxy", default=shutil.which("haproxy") or "/usr/sbin/haproxy")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--only", default=",".join(ALL_SYSTEMS),
                     help="comma-separated systems (sluice,haproxy,nginx; also "
                          + ",".join(VARIANT_SYSTEMS) + ": sluice with that listener setting; "
-                         + NGINX_HALF_CLOSE + ": nginx with proxy_half_close on)")
+                         + NGINX_HALF_CLOSE + ": nginx with proxy_half_close on; "
+                         + ",".join(PEER_VARIANTS) + ": keepalive on, two workers)")
     ap.add_argument("--loads", default=",".join(ALL_LOADS),
                     help="comma-separated loads (" + ",".join(ALL_LOADS) + ")")
     ap.add_argument("--profile", choices=sorted(PROFILES), default="full",
@@ -1486,11 +1530,13 @@ def parse_args():
     if args.sluice_base and "sluice-base" not in args.systems:
         args.systems.insert(1, "sluice-base")
     bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in VARIANT_SYSTEMS
-           and s != NGINX_HALF_CLOSE
+           and s != NGINX_HALF_CLOSE and s not in PEER_VARIANTS
            and not (s == "sluice-base" and args.sluice_base)] + \
           [l for l in args.load_list if l not in ALL_LOADS]
     if bad:
         ap.error("unknown system or load: " + ", ".join(bad))
+    if not args.sluice_base and any(s.startswith("sluice-base") for s in args.systems):
+        ap.error("the sluice-base systems need --sluice-base")
     if not 1 <= args.repeat <= 20:
         ap.error("--repeat must be 1..20")
     return args
@@ -1538,7 +1584,11 @@ def main():
         return 2
     binaries = {"sluice": args.sluice, "haproxy": args.haproxy, "nginx": args.nginx,
                 NGINX_HALF_CLOSE: args.nginx,
-                **{name: args.sluice for name in VARIANT_SYSTEMS}, "sluice-base": args.sluice_base}
+                **{name: args.sluice for name in VARIANT_SYSTEMS}, "sluice-base": args.sluice_base,
+                **{name: args.sluice_base for name in VARIANT_SYSTEMS if name.startswith("sluice-base")},
+                **{name: args.nginx if name.startswith("nginx") else args.haproxy for name in PEER_VARIANTS}}
+    if args.pin_loadgen:
+        LOADGEN_PREFIX[:] = ["taskset", "-c", args.pin_loadgen]
     profile = PROFILES[args.profile]
     asked = list(args.load_list)
     skipped = skip_unavailable(args.load_list)

@@ -80,11 +80,9 @@ void Connector::attempt() {
   }
   Leg& leg = session_.open_server(fd);
   set_nodelay(fd);
-  // The server leg's keepalive, set as the socket is made so that a server
-  // host that vanishes is found after tcp_keepalive_idle whatever the
-  // session's age. (A new socket has SO_KEEPALIVE off: nothing to do when
-  // the listener turns it off.)
-  if (lc.tcp_keepalive) set_keepalive(fd, lc);
+  // The server leg's keepalive is not set here but by the session once it
+  // has lasted half of tcp_keepalive_idle (see Session::arm_timer): most
+  // sessions end sooner and never needed it.
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len) != 0 && errno != EINPROGRESS) {
     const int err = -errno;
     failed(classify(err), err);
