@@ -53,7 +53,22 @@ def client(s, tag: str) -> socket.socket:
 
 
 def answered(c: socket.socket, tag: str) -> None:
-    assert harness.recv_line(c) == b"ok " + tag.encode() + b"\n"
+    assert harness.recv_line(c) == b"ok " + tag.encode()
+
+
+def pool(b: harness.Backend, max_conns: int, **kw) -> dict:
+    """An upstream of one server with max_conns (harness.upstream writes
+    plain servers only)."""
+    return {**kw, "servers": [{"address": b.address, "max_conns": max_conns}]}
+
+
+def hold_one_and_queue_one(s) -> tuple[socket.socket, socket.socket]:
+    """A held session on the (max_conns = 1) server and a client waiting."""
+    held = client(s, "h1")
+    answered(held, "h1")
+    waiter = client(s, "w2")
+    wait_queued(s, 1)
+    return held, waiter
 
 
 def queue_of(s, name: str = "pg") -> dict:
@@ -69,8 +84,7 @@ def wait_queued(s, n: int) -> None:
 def test_clients_wait_in_order_and_a_full_queue_refuses(admin_sluice, backends, workers):
     b = tagged_backend(backends)
     s = admin_sluice([listener(upstream="pg")],
-                     {"pg": upstream(queue=3, queue_timeout="60s",
-                                     servers=[{"address": b.address, "max_conns": 2}])},
+                     {"pg": pool(b, 2, queue=3, queue_timeout="60s")},
                      global_={"workers": workers})
     # Two held sessions fill the server.
     held = [client(s, "h1"), client(s, "h2")]
@@ -119,7 +133,7 @@ def test_clients_wait_in_order_and_a_full_queue_refuses(admin_sluice, backends, 
     # The waiters' sessions carried their bytes both ways, like any other.
     for tag in ("w4", "w5"):
         waiting[tag].sendall(b"echo\n")
-        assert harness.recv_line(waiting[tag]) == b"echo\n"
+        assert harness.recv_line(waiting[tag]) == b"echo"
         waiting[tag].close()
     _, samples = metrics(s)
     assert metric(samples, "sluice_upstream_queue_length", upstream="pg") == 0
@@ -131,12 +145,11 @@ def test_clients_wait_in_order_and_a_full_queue_refuses(admin_sluice, backends, 
 def test_queue_timeout_ends_a_wait(admin_sluice, backends, workers):
     b = tagged_backend(backends)
     s = admin_sluice([listener(upstream="pg")],
-                     {"pg": upstream(queue=2, queue_timeout="300ms",
-                                     servers=[{"address": b.address, "max_conns": 1}])},
+                     {"pg": pool(b, 1, queue=2, queue_timeout="300ms")},
                      global_={"workers": workers})
     held = client(s, "h1")
     answered(held, "h1")
-    late = client(s, "w2")
+    late = client(s, "w2")  # not watched in /status: its wait may be over first
     # The wait ends by itself: closed, never connected, cause queue_timeout.
     assert harness.wait_closed(late) in ("eof", "reset")
     late.close()
@@ -150,14 +163,14 @@ def test_queue_timeout_ends_a_wait(admin_sluice, backends, workers):
     assert metric(samples, "sluice_listener_closed_total", listener="main", cause="queue_timeout") == 1
     # The held session was never disturbed.
     held.sendall(b"still\n")
-    assert harness.recv_line(held) == b"still\n"
+    assert harness.recv_line(held) == b"still"
     held.close()
 
 
 def test_without_a_queue_a_full_upstream_refuses_at_once(admin_sluice, backends):
     b = tagged_backend(backends)
     s = admin_sluice([listener(upstream="pg")],
-                     {"pg": upstream(servers=[{"address": b.address, "max_conns": 1}])})
+                     {"pg": pool(b, 1)})
     held = client(s, "h1")
     answered(held, "h1")
     c = client(s, "w2")
@@ -176,19 +189,15 @@ def test_a_full_pool_with_a_queue_waits_instead_of_falling_back(admin_sluice, ba
     b = tagged_backend(backends)
     p = backends(harness.banner_handler, name="P")
     s = admin_sluice([listener(upstream="pg")], {
-        "pg": upstream(queue=1, queue_timeout="60s", fallback="primary",
-                       servers=[{"address": b.address, "max_conns": 1}]),
+        "pg": pool(b, 1, queue=1, queue_timeout="60s", fallback="primary"),
         "primary": upstream(p),
     })
-    held = client(s, "h1")
-    answered(held, "h1")
-    waiter = client(s, "w2")
-    wait_queued(s, 1)
+    held, waiter = hold_one_and_queue_one(s)
     assert p.counts()[0] == 0
     # The queue is full too: that client goes on to the fallback, as it
     # would without a queue.
     over = s.connect()
-    assert harness.recv_line(over) == b"P\n"
+    assert harness.recv_line(over) == b"P"
     over.close()
     held.close()
     answered(waiter, "w2")
