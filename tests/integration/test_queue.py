@@ -9,6 +9,7 @@ that only matters when something is broken."""
 
 from __future__ import annotations
 
+import signal
 import socket
 
 import pytest
@@ -214,3 +215,54 @@ def test_check_rejects_a_queue_without_max_conns(tmp_path):
     line = next(i for i, l in enumerate(text.splitlines(), 1) if l.startswith("queue = "))
     err = res.stderr.decode()
     assert f"{path}:{line}:9: upstream \"pg\": queue needs max_conns on the servers" in err, err
+
+
+def test_waiters_outlive_a_reload_and_keep_their_place(admin_sluice, backends):
+    """One queue per upstream name: a client that waited before a reload is
+    served before one that came after it."""
+    b = tagged_backend(backends)
+    listeners = [listener(upstream="pg")]
+    s = admin_sluice(listeners, {"pg": pool(b, 1, queue=2, queue_timeout="60s")})
+    held, before = hold_one_and_queue_one(s)
+    s.reload(s.render(listeners, {"pg": pool(b, 1, queue=2, queue_timeout="60s", max_fails=2)}))
+    after = client(s, "w3")
+    wait_queued(s, 2)
+    held.close()
+    answered(before, "w2")
+    before.close()
+    answered(after, "w3")
+    after.close()
+    assert tags(b) == ["h1", "w2", "w3"]
+
+
+def test_a_waiter_outlasts_its_servers_being_disabled_and_gets_one_back(admin_sluice, backends):
+    """A waiter is tied to no server: disabling the only one closes its
+    session but not the wait, and enabling it again (which frees no slot)
+    lets the waiter in."""
+    b = tagged_backend(backends)
+    s = admin_sluice([listener(upstream="pg")], {"pg": pool(b, 1, queue=2, queue_timeout="60s")})
+    held, waiter = hold_one_and_queue_one(s)
+    assert request(s, "POST", f"/upstreams/pg/servers/{b.address}/disable").status == 200
+    assert harness.wait_closed(held) in ("eof", "reset")
+    held.close()
+    s.wait_records(1, pred=lambda r: r["cause"] == "server_drained")
+    assert queue_of(s)["length"] == 1
+    assert tags(b) == ["h1"]
+    assert request(s, "POST", f"/upstreams/pg/servers/{b.address}/enable").status == 200
+    answered(waiter, "w2")
+    waiter.close()
+
+
+def test_graceful_stop_closes_waiters_at_shutdown_timeout(admin_sluice, backends):
+    b = tagged_backend(backends)
+    s = admin_sluice([listener(upstream="pg")], {"pg": pool(b, 1, queue=2, queue_timeout="60s")},
+                     global_={"shutdown_timeout": "500ms"})
+    held, waiter = hold_one_and_queue_one(s)
+    s.signal(signal.SIGTERM)
+    assert harness.wait_closed(waiter) in ("eof", "reset")
+    assert harness.wait_closed(held) in ("eof", "reset")
+    waiter.close()
+    held.close()
+    assert s.wait_exit(timeout=harness.EVENT_TIMEOUT) == 0
+    causes = sorted(r["cause"] for r in s.wait_records(2))
+    assert causes == ["shutdown", "shutdown"], causes
