@@ -1380,6 +1380,15 @@ def parse_args():
                     help="also draw sluice's figures over HAProxy's and nginx's as a bar chart")
     ap.add_argument("--redraw", metavar="FILE.json",
                     help="run nothing: draw --chart from the summary a previous --json wrote")
+    ap.add_argument("--latency", action="store_true",
+                    help="instead of the loads: open-loop latency at 25/50/75/90 %% of the slowest "
+                         "proxy's highest rate, sluice, HAProxy, nginx and direct (tools/openloop.py); "
+                         "--chart draws latency against offered load")
+    ap.add_argument("--storm", action="store_true",
+                    help="instead of the loads: latency, errors and memory under a steady half load "
+                         "while the configuration changes every second (tools/openloop.py)")
+    ap.add_argument("--step-seconds", type=float, help="--latency: seconds per offered rate")
+    ap.add_argument("--storm-seconds", type=float, help="--storm: seconds of changes per run")
     args = ap.parse_args()
     if args.quick:
         args.profile = "quick"
@@ -1388,7 +1397,7 @@ def parse_args():
     if args.sluice_base and "sluice-base" not in args.systems:
         args.systems.insert(1, "sluice-base")
     bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in VARIANT_SYSTEMS
-           and s != NGINX_HALF_CLOSE
+           and s != NGINX_HALF_CLOSE and not (s == "direct" and (args.latency or args.storm))
            and not (s == "sluice-base" and args.sluice_base)] + \
           [l for l in args.load_list if l not in ALL_LOADS]
     if bad:
@@ -1427,6 +1436,10 @@ def main():
         if not args.chart:
             print("bench: --redraw needs --chart FILE", file=sys.stderr)
             return 2
+        if "latency" in saved:
+            import openloop
+            openloop.redraw(args.redraw, args.chart)
+            return 0
         draw_chart(saved["summary"], args.chart, saved.get("title", "sluice beside HAProxy and nginx"))
         return 0
     if not os.access(args.loadgen, os.X_OK):
@@ -1435,6 +1448,9 @@ def main():
     binaries = {"sluice": args.sluice, "haproxy": args.haproxy, "nginx": args.nginx,
                 NGINX_HALF_CLOSE: args.nginx,
                 **{name: args.sluice for name in VARIANT_SYSTEMS}, "sluice-base": args.sluice_base}
+    if args.latency or args.storm:
+        import openloop
+        return openloop.main(sys.modules[__name__], args, binaries)
     profile = PROFILES[args.profile]
     asked = list(args.load_list)
     skipped = skip_unavailable(args.load_list)
