@@ -1387,6 +1387,9 @@ def parse_args():
     ap.add_argument("--storm", action="store_true",
                     help="instead of the loads: latency, errors and memory under a steady half load "
                          "while the configuration changes every second (tools/openloop.py)")
+    ap.add_argument("--realtime", action="store_true",
+                    help="--latency/--storm: run proxies, generator and backends under SCHED_RR "
+                         "(needs the privilege; for a machine busy with other work)")
     ap.add_argument("--step-seconds", type=float, help="--latency: seconds per offered rate")
     ap.add_argument("--storm-seconds", type=float, help="--storm: seconds of changes per run")
     args = ap.parse_args()
