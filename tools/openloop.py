@@ -384,14 +384,13 @@ def storm_scenarios(systems):
     for system in systems:
         if system == "direct":
             continue
-        out += [(system, "steady"), (system, "reload"), (system, "reload_servers")]
+        out += [(system, "reload"), (system, "reload_servers")]
         if system == "sluice":
             out += [(system, "put_config"), (system, "dns"), (system, "metrics")]
     return out
 
 
 SCENARIO_NAMES = {
-    "steady": "steady (no change)",
     "reload": "reload every second, unchanged file",
     "reload_servers": "reload every second, one server added and one removed",
     "put_config": "PUT /config every second, one server added and one removed",
@@ -429,11 +428,15 @@ def run_storm(b, ctx, scale):
             results[(system, scenario)] = storm_one(b, ctx, system, scenario, scale, seconds, ports,
                                                     dns, hosts)
             r = results[(system, scenario)]
-            ctx.log(f"{system:8} {scenario:15} rr p99 {r['rr']['p99_us']:.0f} p99.9 "
-                    f"{r['rr']['p999_us']:.0f}, conn p99 {r['conn']['p99_us']:.0f} p99.9 "
-                    f"{r['conn']['p999_us']:.0f} µs, errors {r['errors']}, cuts {r['cuts']}, "
-                    f"changes {r['changes']}, RSS {r['rss_before'] / 1e6:.1f} -> "
-                    f"{r['rss_peak'] / 1e6:.1f} -> {r['rss_after'] / 1e6:.1f} MB")
+            for name in ("steady", "during"):
+                x = r[name]
+                ctx.log(f"{system:8} {scenario:15} {name:6} rr p99 {x['rr']['p99_us']:.0f} p99.9 "
+                        f"{x['rr']['p999_us']:.0f}, conn p99 {x['conn']['p99_us']:.0f} p99.9 "
+                        f"{x['conn']['p999_us']:.0f} µs, errors {x['errors']}, cuts {x['cuts']}, "
+                        f"changes {x['changes']}")
+            ctx.log(f"{system:8} {scenario:15} RSS {r['rss_before'] / 1e6:.1f} -> "
+                    f"{r['rss_peak'] / 1e6:.1f} -> {r['rss_after'] / 1e6:.1f} MB, "
+                    f"{r['processes']} process(es) at the end")
         except (b.BenchError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
             results[(system, scenario)] = str(exc).replace("\n", " ")
             ctx.log(f"{system:8} {scenario:15} FAILED: {results[(system, scenario)]}")
@@ -443,6 +446,10 @@ def run_storm(b, ctx, scale):
 
 
 def storm_one(b, ctx, system, scenario, scale, seconds, ports, dns, hosts):
+    """One proxy: a steady segment, then the same load while the change
+    repeats. Each change is compared with the steady segment just before it
+    on the same proxy, so that what the rest of a shared machine does moves
+    both alike."""
     if scenario == "dns":
         servers = [(f"{DNS_NAME}:{ctx.wild_port}", "resolve")]
         write_hosts(hosts, 0)
@@ -451,42 +458,27 @@ def storm_one(b, ctx, system, scenario, scale, seconds, ports, dns, hosts):
         servers = window(ports, 0)
     proxy = StormProxy(b, ctx, system, scenario, servers,
                        dns=dns.nameserver if scenario == "dns" else None)
+
+    def change(k):
+        if scenario == "reload":
+            proxy.reload(window(ports, 0))
+        elif scenario == "reload_servers":
+            proxy.reload(window(ports, k))
+        elif scenario == "put_config":
+            proxy.put_config(window(ports, k))
+        elif scenario == "dns":
+            write_hosts(hosts, k)
+            dns.proc.send_signal(signal.SIGHUP)
+        elif scenario == "metrics":
+            proxy.scrape()
+        if system == "haproxy":
+            place(proxy.proc.pid, ctx.proxy_cpu)  # the re-executed master and its new worker
+
     try:
         time.sleep(1.0)  # sluice asks DNS before it listens; let everything settle
         rss_before = proxy.rss()
-        warm = 0.5
-        gens = {kind: start_open(ctx, kind, proxy.port, scale[kind] * 0.25, seconds + warm)
-                for kind in KINDS}
-        time.sleep(warm)
-        changes, failures = 0, []
-        peak = rss_before
-        t0 = time.monotonic()
-        period = 0.1 if scenario == "metrics" else 1.0
-        k = 0
-        while time.monotonic() - t0 < seconds - 0.05:
-            k += 1
-            target = t0 + k * period
-            time.sleep(max(0.0, target - time.monotonic()))
-            try:
-                if scenario == "reload":
-                    proxy.reload(window(ports, 0))
-                elif scenario == "reload_servers":
-                    proxy.reload(window(ports, k))
-                elif scenario == "put_config":
-                    proxy.put_config(window(ports, k))
-                elif scenario == "dns":
-                    write_hosts(hosts, k)
-                    dns.proc.send_signal(signal.SIGHUP)
-                elif scenario == "metrics":
-                    proxy.scrape()
-                if scenario != "steady":
-                    changes += 1
-            except OSError as exc:
-                failures.append(str(exc))
-            if system == "haproxy" and scenario.startswith("reload"):
-                place(proxy.proc.pid, ctx.proxy_cpu)  # re-executed master and new worker
-            peak = max(peak, proxy.rss())
-        runs = {kind: finish_open(b, proc, seconds + 90) for kind, proc in gens.items()}
+        steady = segment(b, ctx, proxy, scale, seconds, None, 1.0)
+        during = segment(b, ctx, proxy, scale, seconds, change, 0.1 if scenario == "metrics" else 1.0)
         # The generators closed their keep-alive connections: old configurations
         # held only by them can go now.
         time.sleep(2.0)
@@ -496,12 +488,37 @@ def storm_one(b, ctx, system, scenario, scale, seconds, ports, dns, hosts):
         pids = len(proxy.pids())
     finally:
         proxy.stop()
+    return {"steady": steady, "during": during, "rss_before": rss_before,
+            "rss_peak": max(steady["rss_peak"], during["rss_peak"]), "rss_after": rss_after,
+            "processes": pids, "changes": during["changes"]}
+
+
+def segment(b, ctx, proxy, scale, seconds, change, period):
+    """The half load for `seconds`; `change(k)` every `period` s when given."""
+    warm = 0.5
+    gens = {kind: start_open(ctx, kind, proxy.port, scale[kind] * 0.25, seconds + warm)
+            for kind in KINDS}
+    time.sleep(warm)
+    changes, failures = 0, []
+    peak = proxy.rss()
+    t0 = time.monotonic()
+    k = 0
+    while time.monotonic() - t0 < seconds - 0.05:
+        k += 1
+        time.sleep(max(0.0, t0 + k * period - time.monotonic()))
+        if change is not None:
+            try:
+                change(k)
+                changes += 1
+            except OSError as exc:
+                failures.append(str(exc))
+        peak = max(peak, proxy.rss())
+    runs = {kind: finish_open(b, proc, seconds + 90) for kind, proc in gens.items()}
     errors = sum(r["errors"] + r["unfinished"] for r in runs.values())
     first = next((r.get("first_error") for r in runs.values() if r.get("first_error")), "")
     return {"rr": runs["rr"], "conn": runs["conn"], "errors": errors, "first_error": first,
             "cuts": runs["rr"]["cuts"], "changes": changes, "change_failures": len(failures),
-            "first_change_failure": failures[0] if failures else "",
-            "rss_before": rss_before, "rss_peak": peak, "rss_after": rss_after, "processes": pids}
+            "first_change_failure": failures[0] if failures else "", "rss_peak": peak}
 
 
 def write_hosts(path, k):
@@ -515,34 +532,43 @@ def write_hosts(path, k):
 
 def print_storm(results, scale):
     print("\n## Changes under load\n")
-    print(f"A steady half load: keep-alive requests at {scale['rr'] * 0.25:.0f}/s on "
+    print(f"A half load: keep-alive requests at {scale['rr'] * 0.25:.0f}/s on "
           f"{RR_CONNECTIONS} connections and short connections at {scale['conn'] * 0.25:.0f}/s "
-          "(each 25 % of the slowest proxy's highest rate), open loop; every change once a "
-          "second (the scraper ten times a second). p99 ratio = the run's p99 ÷ the same "
-          "system's steady p99. µs.\n")
-    head = ["system", "change", "changes", "keep-alive p99", "p99.9", "p99 ÷ steady",
-            "short p99", "p99.9", "p99 ÷ steady", "errors", "cut sessions", "RSS MB before → after"]
+          "together (each 25 % of the slowest proxy's highest rate), open loop. On each proxy a "
+          "steady segment, then the same while the change repeats once a second (the scraper ten "
+          "times a second); ÷ = during ÷ the steady segment just before. µs.\n")
+    head = ["system", "change", "changes", "keep-alive p99 steady → during", "÷",
+            "p99.9 steady → during", "short p99 steady → during", "÷", "p99.9 steady → during",
+            "errors", "cut sessions", "RSS MB before → peak → after", "processes after"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for (system, scenario), r in results.items():
         if isinstance(r, str):
             print(f"| {system} | {SCENARIO_NAMES[scenario]} | FAILED: {r} |" + " |" * (len(head) - 3))
             continue
-        steady = results.get((system, "steady"))
+        st, du = r["steady"], r["during"]
+
+        def pair(kind, key):
+            return f"{st[kind][key]:.0f} → {du[kind][key]:.0f}"
+
         def rel(kind):
-            if not isinstance(steady, dict) or steady[kind]["p99_us"] <= 0:
-                return "–"
-            return f"{r[kind]['p99_us'] / steady[kind]['p99_us']:.2f}"
-        changes = str(r["changes"]) + (f" ({r['change_failures']} refused)" if r["change_failures"] else "")
+            return f"{du[kind]['p99_us'] / st[kind]['p99_us']:.2f}" if st[kind]["p99_us"] > 0 else "–"
+        changes = str(du["changes"]) + (f" ({du['change_failures']} refused)" if du["change_failures"] else "")
         row = [system, SCENARIO_NAMES[scenario], changes,
-               f"{r['rr']['p99_us']:.0f}", f"{r['rr']['p999_us']:.0f}", rel("rr"),
-               f"{r['conn']['p99_us']:.0f}", f"{r['conn']['p999_us']:.0f}", rel("conn"),
-               str(r["errors"]), str(r["cuts"]),
-               f"{r['rss_before'] / 1e6:.1f} → {r['rss_after'] / 1e6:.1f}"]
+               pair("rr", "p99_us"), rel("rr"), pair("rr", "p999_us"),
+               pair("conn", "p99_us"), rel("conn"), pair("conn", "p999_us"),
+               f"{st['errors']} / {du['errors']}", f"{st['cuts']} / {du['cuts']}",
+               f"{r['rss_before'] / 1e6:.1f} → {r['rss_peak'] / 1e6:.1f} → {r['rss_after'] / 1e6:.1f}",
+               str(r["processes"])]
         print("| " + " | ".join(row) + " |")
-    firsts = [(k, r["first_error"]) for k, r in results.items() if isinstance(r, dict) and r["first_error"]]
-    for (system, scenario), why in firsts:
-        print(f"\n{system} {scenario}: first error: {why}")
+    for (system, scenario), r in results.items():
+        if not isinstance(r, dict):
+            continue
+        for name in ("steady", "during"):
+            if r[name]["first_error"]:
+                print(f"\n{system} {scenario} ({name}): first error: {r[name]['first_error']}")
+            if r[name]["first_change_failure"]:
+                print(f"\n{system} {scenario}: first refused change: {r[name]['first_change_failure']}")
     print()
 
 
