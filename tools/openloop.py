@@ -193,8 +193,11 @@ def run_latency(b, ctx):
             for i, frac in enumerate(FRACTIONS):
                 rate = slowest * frac
                 step = {"fraction": frac, "rate": rate, "systems": {}}
-                # Rotate the order so that no system always runs first.
-                order = list(ctx.systems[i % len(ctx.systems):]) + list(ctx.systems[:i % len(ctx.systems)])
+                # Rotate the order so that no system always runs first; the
+                # offset differs between runs, so that repeated runs do not
+                # put a system in the same place at the same rate.
+                n = (i + ctx.order_offset) % len(ctx.systems)
+                order = list(ctx.systems[n:]) + list(ctx.systems[:n])
                 for system in order:
                     proc = start_open(ctx, kind, targets[system], rate, prof["step_s"])
                     r = finish_open(b, proc, prof["step_s"] + 60)
@@ -590,6 +593,7 @@ def main(b, args, binaries):
         ctx.systems.append("direct")
     ctx.binaries = binaries
     ctx.loadgen = args.loadgen
+    ctx.order_offset = int(time.time()) % len(ctx.systems)
     started = time.monotonic()
     ctx.log = lambda msg: print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr,
                                 flush=True)
