@@ -16,6 +16,7 @@
 // still unanswered after --drain seconds are timed up to that moment and
 // counted as "unfinished".
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -267,7 +268,8 @@ int run_open(const Options& opts) {
   const std::string mode = opts.str("mode", "rr");
   const double rate = opts.seconds("rate", 0);
   const double duration = opts.seconds("duration", 10.0);
-  const double warmup = opts.seconds("warmup", 0.5);
+  // "--warmup 0" times every request (seconds() takes only positive values).
+  const double warmup = opts.str("warmup") == "0" ? 0.0 : opts.seconds("warmup", 0.5);
   const double drain = opts.seconds("drain", 2.0);
   const std::uint64_t connections = opts.count("connections", 64);
   const std::uint64_t max_inflight = opts.count("max-inflight", 2000);
@@ -307,6 +309,9 @@ int run_open(const Options& opts) {
   const auto end = after_seconds(start, duration);
   load->timed_from = after_seconds(start, warmup);
   std::uint64_t scheduled = 0;  // requests due so far
+  // rate x duration requests in all (counted, so that rounding the interval
+  // never adds one at the end).
+  const auto total = static_cast<std::uint64_t>(std::llround(rate * duration));
   auto next_due = start;
 
   // Sends what is queued while there is room: a free connection (rr) or
@@ -339,12 +344,12 @@ int run_open(const Options& opts) {
   while (!stop.stopped()) {
     auto now = Clock::now();
     if (load->scheduling) {
-      while (next_due <= now && next_due < end) {
+      while (next_due <= now && scheduled < total) {
         load->queue.push_back(next_due);
         ++scheduled;
         next_due = start + interval * static_cast<long long>(scheduled);
       }
-      if (next_due >= end) load->scheduling = false;
+      if (scheduled >= total) load->scheduling = false;
     }
     for (auto& c : conns) {
       if (c->down(now)) c->connect();
