@@ -10,6 +10,9 @@ busy time of the whole machine (/proc/stat) over the same work, so that cost
 moved into the kernel or onto the peers still shows. Ratios sluice/HAProxy
 and sluice/nginx are printed next to them.
 
+--latency and --storm replace the loads with open-loop latency at fixed
+offered rates and with changes under load (tools/openloop.py).
+
 The script builds nothing: point it at a sluice binary and a loadgen binary.
 It only ever signals processes it started itself, by PID.
 """
