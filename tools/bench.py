@@ -10,6 +10,9 @@ busy time of the whole machine (/proc/stat) over the same work, so that cost
 moved into the kernel or onto the peers still shows. Ratios sluice/HAProxy
 and sluice/nginx are printed next to them.
 
+--latency and --storm replace the loads with open-loop latency at fixed
+offered rates and with changes under load (tools/openloop.py).
+
 The script builds nothing: point it at a sluice binary and a loadgen binary.
 It only ever signals processes it started itself, by PID.
 """
@@ -1522,6 +1525,18 @@ def parse_args():
                     help="also draw sluice's figures over HAProxy's and nginx's as a bar chart")
     ap.add_argument("--redraw", metavar="FILE.json",
                     help="run nothing: draw --chart from the summary a previous --json wrote")
+    ap.add_argument("--latency", action="store_true",
+                    help="instead of the loads: open-loop latency at 25/50/75/90 %% of the slowest "
+                         "proxy's highest rate, sluice, HAProxy, nginx and direct (tools/openloop.py); "
+                         "--chart draws latency against offered load")
+    ap.add_argument("--storm", action="store_true",
+                    help="instead of the loads: latency, errors and memory under a steady half load "
+                         "while the configuration changes every second (tools/openloop.py)")
+    ap.add_argument("--realtime", action="store_true",
+                    help="--latency/--storm: run proxies, generator and backends under SCHED_RR "
+                         "(needs the privilege; for a machine busy with other work)")
+    ap.add_argument("--step-seconds", type=float, help="--latency: seconds per offered rate")
+    ap.add_argument("--storm-seconds", type=float, help="--storm: seconds of changes per run")
     args = ap.parse_args()
     if args.quick:
         args.profile = "quick"
@@ -1531,6 +1546,7 @@ def parse_args():
         args.systems.insert(1, "sluice-base")
     bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in VARIANT_SYSTEMS
            and s != NGINX_HALF_CLOSE and s not in PEER_VARIANTS
+           and not (s == "direct" and (args.latency or args.storm))
            and not (s == "sluice-base" and args.sluice_base)] + \
           [l for l in args.load_list if l not in ALL_LOADS]
     if bad:
@@ -1577,6 +1593,10 @@ def main():
         if not args.chart:
             print("bench: --redraw needs --chart FILE", file=sys.stderr)
             return 2
+        if "latency" in saved:
+            import openloop
+            openloop.redraw(args.redraw, args.chart)
+            return 0
         draw_chart(saved["summary"], args.chart, saved.get("title", "sluice beside HAProxy and nginx"))
         return 0
     if not os.access(args.loadgen, os.X_OK):
@@ -1589,6 +1609,9 @@ def main():
                 **{name: args.nginx if name.startswith("nginx") else args.haproxy for name in PEER_VARIANTS}}
     if args.pin_loadgen:
         LOADGEN_PREFIX[:] = ["taskset", "-c", args.pin_loadgen]
+    if args.latency or args.storm:
+        import openloop
+        return openloop.main(sys.modules[__name__], args, binaries)
     profile = PROFILES[args.profile]
     asked = list(args.load_list)
     skipped = skip_unavailable(args.load_list)

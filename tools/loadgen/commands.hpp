@@ -12,5 +12,6 @@ int run_bulk(const Options& opts);
 int run_idle(const Options& opts);
 int run_tls(const Options& opts);
 int run_integrity(const Options& opts);
+int run_open(const Options& opts);
 
 }  // namespace loadgen

@@ -29,6 +29,9 @@ void usage(FILE* out) {
       "        [--seed S] [--stall S] [--timeout S]   checked sessions against serve --mode\n"
       "        integrity; prints progress, one line per session that did not complete, and\n"
       "        a JSON summary\n"
+      "  open  --target HOST:PORT --rate R [--mode rr|conn] [--duration S] [--connections C]\n"
+      "        [--size N] [--max-inflight K] [--warmup S] [--drain S]   open loop: R requests a\n"
+      "        second whatever the target does, each timed from when it was due\n"
       "Client commands print one JSON line. Sizes accept k, m, g suffixes.\n",
       out);
 }
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
       {"bulk", run_bulk, {"target", "bytes", "concurrency", "mode", "timeout"}},
       {"idle", run_idle, {"target", "count", "connect-concurrency", "timeout", "hold"}},
       {"tls", run_tls, {"target", "sni", "duration", "concurrency", "payload", "verify-name"}},
+      {"open", run_open, {"target", "rate", "mode", "duration", "connections", "size", "max-inflight", "warmup", "drain"}},
       {"integrity", run_integrity, {"target", "bytes", "concurrency", "max-session", "seed", "stall", "timeout"}},
   };
   for (const auto& c : commands) {

@@ -1,0 +1,671 @@
+"""Open-loop latency and changes under load, for tools/bench.py.
+
+--latency: each proxy's highest rate is measured first in a closed loop
+(keep-alive requests and short connections); the slowest proxy's sets the
+scale. Then every system -- sluice, HAProxy, nginx and the backend reached
+directly -- gets the same fixed offered rates, 25, 50, 75 and 90 % of that,
+from `loadgen open`, which times each request from when it was due (no
+coordinated omission). p50, p99 and p99.9 per system and rate.
+
+--storm: a steady half load (keep-alive requests at 25 % of the slowest
+proxy's highest rate and short connections at 25 % of its highest
+connection rate, together), measured steady and while the configuration
+changes every second: reloads with an unchanged file and with one server
+added and one removed each time (sluice: SIGHUP; HAProxy: master-worker
+reload; nginx: reload of its master), and for sluice also PUT /config, a DNS
+answer that changes every second, and an admin scraper reading /metrics ten
+times a second. Errors, cut keep-alive sessions, p99, p99.9 and the proxy's
+memory before and after.
+
+With two or more CPUs the load generator runs alone on CPU 1 and every
+proxy, with the backends, on CPU 0 (the generator's core then never limits
+the rate: an open loop costs more per request than a closed one; the
+backends' share is the same for every system), all at the same raised priority (nice -10 when
+allowed), so that the rest of a shared machine disturbs them less. With
+--realtime they all run under SCHED_RR instead (priority 1; the kernel
+still leaves 5 % of each second to everything else): on a machine busy with
+other work a woken proxy then runs at once, and the figures measure the
+proxies rather than the scheduler's queue. Every system gets the same.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+FRACTIONS = (0.25, 0.5, 0.75, 0.9)
+KINDS = ("rr", "conn")  # keep-alive requests, short connections
+KIND_NAMES = {"rr": "keep-alive requests", "conn": "short connections"}
+SYSTEMS = ("sluice", "haproxy", "nginx", "direct")
+PEERS = ("haproxy", "nginx")
+RR_CONNECTIONS = 32   # the same as the closed loop's concurrency
+CONN_MAX_INFLIGHT = 1000
+SIZE = 64
+NICE = -10
+REALTIME = {"on": False}  # --realtime: SCHED_RR priority 1 instead of nice
+STORM_SERVERS = 4     # backend listeners; a configuration holds 3 of them
+DNS_NAME = "storm.bench.test"
+
+PROFILES = {
+    "full": {"max_s": 5, "step_s": 10, "storm_s": 30},
+    "quick": {"max_s": 2, "step_s": 3, "storm_s": 8},
+}
+
+
+# --------------------------------------------------------------------------
+# Placement: proxies on CPU 0, generator and backends on CPU 1.
+
+def placement():
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None
+    return cpus[0], cpus[1]
+
+
+def place(pid, cpu):
+    """Pins every thread of `pid` (and so what it starts later) to `cpu` and
+    raises its priority; silently does what it may."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            if cpu is not None:
+                os.sched_setaffinity(tid, {cpu})
+            if REALTIME["on"]:
+                os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(1))
+            else:
+                os.setpriority(os.PRIO_PROCESS, tid, NICE)
+        except OSError:
+            pass
+
+
+def prefix(cpu):
+    """argv prefix that starts a command on `cpu` at the raised priority."""
+    out = []
+    if cpu is not None:
+        out += ["taskset", "-c", str(cpu)]
+    if REALTIME["on"]:
+        out += ["chrt", "--rr", "1"]
+    elif os.geteuid() == 0:
+        out += ["nice", "-n", str(NICE)]
+    return out
+
+
+def process_tree(pid):
+    """pid and its descendants (a master's workers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+# --------------------------------------------------------------------------
+# The generator
+
+def _prefixed(b, ctx, args, timeout):
+    res = subprocess.run(ctx.gen_prefix + [ctx.loadgen, *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, timeout=timeout)
+    lines = [l for l in res.stdout.decode().splitlines() if l.startswith("{")]
+    if not lines:
+        raise b.BenchError(f"loadgen {args[0]} failed (exit {res.returncode}): "
+                           + res.stderr.decode().strip()[-300:])
+    return json.loads(lines[-1])
+
+
+def open_args(kind, port, rate, seconds):
+    args = ["open", "--mode", kind, "--target", f"127.0.0.1:{port}", "--rate", f"{rate:.1f}",
+            "--duration", str(seconds), "--size", str(SIZE), "--warmup", "0.5"]
+    args += ["--connections", str(RR_CONNECTIONS)] if kind == "rr" else \
+        ["--max-inflight", str(CONN_MAX_INFLIGHT)]
+    return args
+
+
+def start_open(ctx, kind, port, rate, seconds):
+    """An open-loop generator running in the background; finish() reads its line."""
+    return subprocess.Popen(ctx.gen_prefix + [ctx.loadgen, *open_args(kind, port, rate, seconds)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish_open(b, proc, timeout):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    lines = [l for l in out.decode().splitlines() if l.startswith("{")]
+    if not lines:
+        raise b.BenchError(f"loadgen open failed (exit {proc.returncode}): "
+                           + err.decode().strip()[-300:])
+    return json.loads(lines[-1])
+
+
+# --------------------------------------------------------------------------
+# --latency
+
+def start_proxies(b, ctx, ports):
+    """sluice, HAProxy and nginx in front of `ports`, placed on the proxy CPU."""
+    proxies = {}
+    for system in ctx.systems:
+        if system == "direct":
+            continue
+        proxy = b.Proxy(ctx.procs, system, ctx.binaries[system], ctx.workdir, "latency",
+                        plain=ports)
+        place(proxy.proc.pid, ctx.proxy_cpu)
+        proxies[system] = proxy
+    return proxies
+
+
+def run_latency(b, ctx):
+    prof = ctx.oprofile
+    ports = ctx.backends.echo
+    proxies = start_proxies(b, ctx, ports)
+    targets = {s: (proxies[s].port if s != "direct" else ports[0]) for s in ctx.systems}
+    result = {"max": {}, "steps": {}, "scale": {}}
+    try:
+        for kind in KINDS:
+            result["max"][kind] = {}
+            for system in ctx.systems:
+                r = _prefixed(b, ctx, [kind, "--target", f"127.0.0.1:{targets[system]}",
+                                       "--duration", str(prof["max_s"]), "--concurrency", "32",
+                                       "--size" if kind == "rr" else "--payload", str(SIZE)],
+                              prof["max_s"] + 60)
+                result["max"][kind][system] = r["rate"]
+                ctx.log(f"{system:8} {kind:4} closed-loop max {r['rate']:.0f}/s, "
+                        f"errors {r['errors']}")
+            proxies_only = [s for s in ctx.systems if s != "direct"] or list(ctx.systems)
+            slowest = min(result["max"][kind][s] for s in proxies_only)
+            result["scale"][kind] = slowest
+            result["steps"][kind] = []
+            for i, frac in enumerate(FRACTIONS):
+                rate = slowest * frac
+                step = {"fraction": frac, "rate": rate, "systems": {}}
+                # Rotate the order so that no system always runs first; the
+                # offset differs between runs, so that repeated runs do not
+                # put a system in the same place at the same rate.
+                n = (i + ctx.order_offset) % len(ctx.systems)
+                order = list(ctx.systems[n:]) + list(ctx.systems[:n])
+                for system in order:
+                    proc = start_open(ctx, kind, targets[system], rate, prof["step_s"])
+                    r = finish_open(b, proc, prof["step_s"] + 60)
+                    step["systems"][system] = r
+                    ctx.log(f"{system:8} {kind:4} {frac:4.0%} {rate:8.0f}/s: p50 {r['p50_us']:.0f} "
+                            f"p99 {r['p99_us']:.0f} p99.9 {r['p999_us']:.0f} µs, "
+                            f"errors {r['errors']}, unfinished {r['unfinished']}")
+                    if system != "direct" and not proxies[system].alive():
+                        raise b.BenchError(f"{system} exited: " + b.tail(proxies[system].log))
+                result["steps"][kind].append(step)
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+    return result
+
+
+def print_latency(result, systems):
+    print("\n## Latency at fixed offered rates (open loop, coordinated omission corrected)\n")
+    print("Each rate is a fraction of the highest rate the slowest proxy sustained in a closed "
+          "loop of 32 (measured first in the same run). µs; ratio = sluice ÷ the best peer "
+          "(below 1: sluice is faster).\n")
+    for kind in KINDS:
+        if kind not in result["steps"]:
+            continue
+        maxes = ", ".join(f"{s} {result['max'][kind][s]:.0f}/s" for s in systems)
+        print(f"### {KIND_NAMES[kind]} ({SIZE} B echo)\n")
+        print(f"Closed-loop highest rate: {maxes}.\n")
+        head = ["load", "rate/s"]
+        for s in systems:
+            head += [f"{s} p50", f"{s} p99", f"{s} p99.9"]
+        head += ["p99 ratio", "p99.9 ratio", "errors"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for step in result["steps"][kind]:
+            row = [f"{step['fraction']:.0%}", f"{step['rate']:.0f}"]
+            sy = step["systems"]
+            for s in systems:
+                r = sy.get(s)
+                row += [f"{r['p50_us']:.0f}", f"{r['p99_us']:.0f}", f"{r['p999_us']:.0f}"] if r \
+                    else ["–"] * 3
+            row += [ratio_to_best(sy, "p99_us"), ratio_to_best(sy, "p999_us")]
+            row.append(", ".join(f"{s} {sy[s]['errors'] + sy[s]['unfinished']}" for s in systems
+                                 if s in sy and sy[s]["errors"] + sy[s]["unfinished"]) or "0")
+            print("| " + " | ".join(row) + " |")
+        print()
+
+
+def ratio_to_best(sy, key):
+    peers = [sy[p][key] for p in PEERS if p in sy and sy[p][key] > 0]
+    if "sluice" not in sy or not peers:
+        return "–"
+    return f"{sy['sluice'][key] / min(peers):.2f}"
+
+
+COLORS = {"sluice": "tab:blue", "haproxy": "tab:orange", "nginx": "tab:green", "direct": "tab:gray"}
+
+
+def draw_latency(result, path, title):
+    """One panel per load: p99 (solid) and p99.9 (dashed) against the offered
+    rate, per system, on a log scale."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench: matplotlib not installed (Debian python3-matplotlib); no chart", file=sys.stderr)
+        return
+    kinds = [k for k in KINDS if result["steps"].get(k)]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        steps = result["steps"][kind]
+        xs = [100 * s["fraction"] for s in steps]
+        for system in SYSTEMS:
+            if not all(system in s["systems"] for s in steps):
+                continue
+            color = COLORS[system]
+            ax.plot(xs, [s["systems"][system]["p99_us"] / 1000 for s in steps], "-o", color=color,
+                    label=f"{system} p99", markersize=4)
+            ax.plot(xs, [s["systems"][system]["p999_us"] / 1000 for s in steps], "--", color=color,
+                    label=f"{system} p99.9", alpha=0.7)
+        ax.set_yscale("log")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{x:.0f} %\n{s['rate']:.0f}/s" for x, s in zip(xs, steps)], fontsize=7)
+        ax.set_xlabel("offered load (of the slowest proxy's highest rate)", fontsize=8)
+        ax.set_ylabel("latency, ms (log)", fontsize=8)
+        ax.set_title(KIND_NAMES[kind] + f", {SIZE} B", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=6, ncol=2)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"bench: chart written to {path}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------
+# --storm
+
+class StormProxy:
+    """A proxy that can be told to reload: sluice (SIGHUP, admin API),
+    HAProxy in master-worker mode (SIGUSR2 to the master re-executes it with
+    -sf for the old worker, passing the listening sockets on) and nginx with
+    its master process (SIGHUP: new workers, the old finish their sessions)."""
+
+    def __init__(self, b, ctx, system, tag, servers, dns=None):
+        self.b, self.ctx, self.system = b, ctx, system
+        self.port = b.free_port()
+        self.admin = b.free_port() if system == "sluice" else None
+        self.dir = os.path.join(ctx.workdir, f"storm-{system}-{tag}")
+        os.makedirs(self.dir, exist_ok=True)
+        self.log = os.path.join(self.dir, "log")
+        self.dns = dns
+        binary = ctx.binaries[system]
+        if system == "sluice":
+            self.path = os.path.join(self.dir, "sluice.toml")
+            argv = [binary, "-c", self.path]
+        elif system == "haproxy":
+            self.path = os.path.join(self.dir, "haproxy.cfg")
+            argv = [binary, "-W", "-db", "-f", self.path]
+        else:
+            self.path = os.path.join(self.dir, "nginx.conf")
+            argv = [binary, "-p", self.dir, "-e", os.path.join(self.dir, "nginx-error.log"),
+                    "-c", self.path]
+        self.write(servers)
+        self.proc = ctx.procs.start(prefix(ctx.proxy_cpu) + argv, log_path=self.log)
+        if not b.wait_listening(self.port, self.proc, timeout=10):
+            why = b.tail(self.log) or "not listening"
+            self.stop()
+            raise b.BenchError(f"{system} did not start: {why}")
+
+    def text(self, servers):
+        b = self.b
+        if self.system == "sluice":
+            tail = ["", "[admin]", f'listen = "127.0.0.1:{self.admin}"']
+            if self.dns:
+                tail += ["", "[resolver]", f'nameservers = ["{self.dns}"]', 'valid = "1s"',
+                         'timeout = "1s"']
+            return b.sluice_config(self.port, plain=servers, tail=tail)
+        if self.system == "haproxy":
+            return b.haproxy_config(self.port, plain=servers)
+        text = b.nginx_config(self.port, self.dir, plain=servers)
+        return text.replace("master_process off;", "master_process on;")
+
+    def write(self, servers):
+        tmp = self.path + ".new"
+        with open(tmp, "w") as f:
+            f.write(self.text(servers))
+        os.replace(tmp, self.path)
+
+    def reload(self, servers):
+        """Writes the configuration and reloads the way each system is meant to be."""
+        self.write(servers)
+        sig = signal.SIGUSR2 if self.system == "haproxy" else signal.SIGHUP
+        self.proc.send_signal(sig)
+
+    def put_config(self, servers):
+        body = self.text(servers).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.admin}/config", data=body,
+                                     method="PUT")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            r.read()
+
+    def scrape(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=5) as r:
+            r.read()
+
+    def pids(self):
+        return process_tree(self.proc.pid)
+
+    def rss(self):
+        total = 0
+        for pid in self.pids():
+            try:
+                total += self.b.rss_bytes([pid])
+            except OSError:
+                pass
+        return total
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stop(self):
+        self.ctx.procs.stop(self.proc, grace=10)
+
+
+def storm_scenarios(systems):
+    out = []
+    for system in systems:
+        if system == "direct":
+            continue
+        out += [(system, "reload"), (system, "reload_servers")]
+        if system == "sluice":
+            out += [(system, "put_config"), (system, "dns"), (system, "metrics")]
+    return out
+
+
+SCENARIO_NAMES = {
+    "reload": "reload every second, unchanged file",
+    "reload_servers": "reload every second, one server added and one removed",
+    "put_config": "PUT /config every second, one server added and one removed",
+    "dns": "DNS answer changes every second (one address added, one removed)",
+    "metrics": "GET /metrics ten times a second",
+}
+
+
+def window(ports, k):
+    """The k-th configuration's servers: 3 of the 4, rotating, so that each
+    step removes one server and adds another."""
+    n = len(ports)
+    return [ports[(k + i) % n] for i in range(n - 1)]
+
+
+def run_storm(b, ctx, scale):
+    prof = ctx.oprofile
+    seconds = prof["storm_s"]
+    ports = ctx.storm_ports
+    results = {}
+    dns = None
+    hosts = None
+    if "sluice" in ctx.systems and b.dnsmasq_binary():
+        ddir = os.path.join(ctx.workdir, "storm-dns")
+        os.makedirs(ddir, exist_ok=True)
+        dns = b.Dnsmasq(ctx.procs, b.dnsmasq_binary(), ddir,
+                        [f"127.0.0.{i + 1}:{ctx.wild_port}" for i in range(STORM_SERVERS - 1)])
+        place(dns.proc.pid, ctx.proxy_cpu)
+        hosts = os.path.join(ddir, "dns-hosts")
+    for system, scenario in storm_scenarios(ctx.systems):
+        if scenario == "dns" and dns is None:
+            results[(system, scenario)] = "dnsmasq (Debian dnsmasq-base) is not installed"
+            continue
+        try:
+            results[(system, scenario)] = storm_one(b, ctx, system, scenario, scale, seconds, ports,
+                                                    dns, hosts)
+            r = results[(system, scenario)]
+            for name in ("steady", "during"):
+                x = r[name]
+                ctx.log(f"{system:8} {scenario:15} {name:6} rr p99 {x['rr']['p99_us']:.0f} p99.9 "
+                        f"{x['rr']['p999_us']:.0f}, conn p99 {x['conn']['p99_us']:.0f} p99.9 "
+                        f"{x['conn']['p999_us']:.0f} µs, errors {x['errors']}, cuts {x['cuts']}, "
+                        f"changes {x['changes']}")
+            ctx.log(f"{system:8} {scenario:15} RSS {r['rss_before'] / 1e6:.1f} -> "
+                    f"{r['rss_peak'] / 1e6:.1f} -> {r['rss_after'] / 1e6:.1f} MB, "
+                    f"{r['processes']} process(es) at the end")
+        except (b.BenchError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
+            results[(system, scenario)] = str(exc).replace("\n", " ")
+            ctx.log(f"{system:8} {scenario:15} FAILED: {results[(system, scenario)]}")
+    if dns is not None:
+        ctx.procs.stop(dns.proc)
+    return results
+
+
+def storm_one(b, ctx, system, scenario, scale, seconds, ports, dns, hosts):
+    """One proxy: a steady segment, then the same load while the change
+    repeats. Each change is compared with the steady segment just before it
+    on the same proxy, so that what the rest of a shared machine does moves
+    both alike."""
+    if scenario == "dns":
+        servers = [(f"{DNS_NAME}:{ctx.wild_port}", "resolve")]
+        write_hosts(hosts, 0)
+        dns.proc.send_signal(signal.SIGHUP)
+    else:
+        servers = window(ports, 0)
+    proxy = StormProxy(b, ctx, system, scenario, servers,
+                       dns=dns.nameserver if scenario == "dns" else None)
+
+    def change(k):
+        if scenario == "reload":
+            proxy.reload(window(ports, 0))
+        elif scenario == "reload_servers":
+            proxy.reload(window(ports, k))
+        elif scenario == "put_config":
+            proxy.put_config(window(ports, k))
+        elif scenario == "dns":
+            write_hosts(hosts, k)
+            dns.proc.send_signal(signal.SIGHUP)
+        elif scenario == "metrics":
+            proxy.scrape()
+        if system == "haproxy":
+            place(proxy.proc.pid, ctx.proxy_cpu)  # the re-executed master and its new worker
+
+    try:
+        time.sleep(1.0)  # sluice asks DNS before it listens; let everything settle
+        rss_before = proxy.rss()
+        steady = segment(b, ctx, proxy, scale, seconds, None, 1.0)
+        during = segment(b, ctx, proxy, scale, seconds, change, 0.1 if scenario == "metrics" else 1.0)
+        # The generators closed their keep-alive connections: old configurations
+        # held only by them can go now.
+        time.sleep(2.0)
+        if not proxy.alive():
+            raise b.BenchError(f"{system} exited during the storm: " + b.tail(proxy.log))
+        rss_after = proxy.rss()
+        pids = len(proxy.pids())
+    finally:
+        proxy.stop()
+    return {"steady": steady, "during": during, "rss_before": rss_before,
+            "rss_peak": max(steady["rss_peak"], during["rss_peak"]), "rss_after": rss_after,
+            "processes": pids, "changes": during["changes"]}
+
+
+def segment(b, ctx, proxy, scale, seconds, change, period):
+    """The half load for `seconds`; `change(k)` every `period` s when given."""
+    warm = 0.5
+    gens = {kind: start_open(ctx, kind, proxy.port, scale[kind] * 0.25, seconds + warm)
+            for kind in KINDS}
+    time.sleep(warm)
+    changes, failures = 0, []
+    peak = proxy.rss()
+    t0 = time.monotonic()
+    k = 0
+    while time.monotonic() - t0 < seconds - 0.05:
+        k += 1
+        time.sleep(max(0.0, t0 + k * period - time.monotonic()))
+        if change is not None:
+            try:
+                change(k)
+                changes += 1
+            except OSError as exc:
+                failures.append(str(exc))
+        peak = max(peak, proxy.rss())
+    runs = {kind: finish_open(b, proc, seconds + 90) for kind, proc in gens.items()}
+    errors = sum(r["errors"] + r["unfinished"] for r in runs.values())
+    first = next((r.get("first_error") for r in runs.values() if r.get("first_error")), "")
+    return {"rr": runs["rr"], "conn": runs["conn"], "errors": errors, "first_error": first,
+            "cuts": runs["rr"]["cuts"], "changes": changes, "change_failures": len(failures),
+            "first_change_failure": failures[0] if failures else "", "rss_peak": peak}
+
+
+def write_hosts(path, k):
+    """The k-th DNS answer: 3 of 127.0.0.1..4, rotating like window()."""
+    addrs = window([f"127.0.0.{i + 1}" for i in range(STORM_SERVERS)], k)
+    tmp = path + ".new"
+    with open(tmp, "w") as f:
+        f.writelines(f"{a} {DNS_NAME}\n" for a in addrs)
+    os.replace(tmp, path)
+
+
+def print_storm(results, scale):
+    print("\n## Changes under load\n")
+    print(f"A half load: keep-alive requests at {scale['rr'] * 0.25:.0f}/s on "
+          f"{RR_CONNECTIONS} connections and short connections at {scale['conn'] * 0.25:.0f}/s "
+          "together (each 25 % of the slowest proxy's highest rate), open loop. On each proxy a "
+          "steady segment, then the same while the change repeats once a second (the scraper ten "
+          "times a second); ÷ = during ÷ the steady segment just before. µs.\n")
+    head = ["system", "change", "changes", "keep-alive p99 steady → during", "÷",
+            "p99.9 steady → during", "short p99 steady → during", "÷", "p99.9 steady → during",
+            "errors", "cut sessions", "RSS MB before → peak → after", "processes after"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for (system, scenario), r in results.items():
+        if isinstance(r, str):
+            print(f"| {system} | {SCENARIO_NAMES[scenario]} | FAILED: {r} |" + " |" * (len(head) - 3))
+            continue
+        st, du = r["steady"], r["during"]
+
+        def pair(kind, key):
+            return f"{st[kind][key]:.0f} → {du[kind][key]:.0f}"
+
+        def rel(kind):
+            return f"{du[kind]['p99_us'] / st[kind]['p99_us']:.2f}" if st[kind]["p99_us"] > 0 else "–"
+        changes = str(du["changes"]) + (f" ({du['change_failures']} refused)" if du["change_failures"] else "")
+        row = [system, SCENARIO_NAMES[scenario], changes,
+               pair("rr", "p99_us"), rel("rr"), pair("rr", "p999_us"),
+               pair("conn", "p99_us"), rel("conn"), pair("conn", "p999_us"),
+               f"{st['errors']} / {du['errors']}", f"{st['cuts']} / {du['cuts']}",
+               f"{r['rss_before'] / 1e6:.1f} → {r['rss_peak'] / 1e6:.1f} → {r['rss_after'] / 1e6:.1f}",
+               str(r["processes"])]
+        print("| " + " | ".join(row) + " |")
+    for (system, scenario), r in results.items():
+        if not isinstance(r, dict):
+            continue
+        for name in ("steady", "during"):
+            if r[name]["first_error"]:
+                print(f"\n{system} {scenario} ({name}): first error: {r[name]['first_error']}")
+            if r[name]["first_change_failure"]:
+                print(f"\n{system} {scenario}: first refused change: {r[name]['first_change_failure']}")
+    print()
+
+
+# --------------------------------------------------------------------------
+
+def main(b, args, binaries):
+    """Runs --latency and/or --storm; returns the exit code."""
+    ctx = b.Context()
+    ctx.oprofile = PROFILES["quick" if args.profile == "quick" else "full"]
+    if args.step_seconds:
+        ctx.oprofile["step_s"] = args.step_seconds
+    if args.storm_seconds:
+        ctx.oprofile["storm_s"] = args.storm_seconds
+    REALTIME["on"] = bool(args.realtime)
+    ctx.proxy_cpu, ctx.gen_cpu = placement()
+    ctx.gen_prefix = prefix(ctx.gen_cpu)
+    ctx.systems = [s for s in args.systems if s in SYSTEMS]
+    if "direct" not in ctx.systems and args.latency:
+        ctx.systems.append("direct")
+    ctx.binaries = binaries
+    ctx.loadgen = args.loadgen
+    ctx.order_offset = int(time.time()) % len(ctx.systems)
+    started = time.monotonic()
+    ctx.log = lambda msg: print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr,
+                                flush=True)
+    ctx.procs = b.Processes()
+    ctx.workdir = tempfile.mkdtemp(prefix="sluice-bench-")
+    load_before = b.loadavg()
+    out = {"systems": ctx.systems, "profile": ctx.oprofile}
+    try:
+        ctx.backends = b.Backends(ctx.procs, args.loadgen, ctx.workdir, False)
+        for proc in ctx.procs.procs:
+            place(proc.pid, ctx.proxy_cpu)
+        if args.latency:
+            out["latency"] = run_latency(b, ctx)
+            out["scale"] = out["latency"]["scale"]
+        if args.storm:
+            if "scale" not in out:
+                out["scale"] = measure_scale(b, ctx)
+            ctx.storm_ports = ctx.backends._serve(
+                ["--mode", "echo", "--listeners", str(STORM_SERVERS)], "storm")
+            ctx.wild_port = ctx.backends._serve(["--mode", "echo", "--host", "0.0.0.0"], "storm-dns")[0]
+            for proc in ctx.procs.procs:
+                place(proc.pid, ctx.proxy_cpu)
+            out["storm"] = run_storm(b, ctx, out["scale"])
+    except b.BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        ctx.procs.stop_all()
+        import shutil
+        shutil.rmtree(ctx.workdir, ignore_errors=True)
+    print(f"# sluice latency benchmark ({args.profile} profile; {os.cpu_count()} CPUs; "
+          f"load average {load_before} before, {b.loadavg()} after; proxies and backends on CPU "
+          f"{ctx.proxy_cpu}, generator on CPU {ctx.gen_cpu}"
+          + (", all SCHED_RR" if REALTIME["on"] else "") + ")")
+    title = (f"sluice, HAProxy, nginx and direct: open-loop latency, {args.profile} profile, "
+             f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")
+    if "latency" in out:
+        print_latency(out["latency"], ctx.systems)
+        if args.chart:
+            draw_latency(out["latency"], args.chart, title)
+    if "storm" in out:
+        print_storm(out["storm"], out["scale"])
+        out["storm"] = {f"{s}/{c}": r for (s, c), r in out["storm"].items()}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**out, "title": title}, f, indent=1)
+    return 0
+
+
+def measure_scale(b, ctx):
+    """The slowest proxy's closed-loop highest rate per kind (for --storm alone)."""
+    ports = ctx.backends.echo
+    proxies = start_proxies(b, ctx, ports)
+    scale = {}
+    try:
+        for kind in KINDS:
+            rates = []
+            for system, proxy in proxies.items():
+                r = _prefixed(b, ctx, [kind, "--target", f"127.0.0.1:{proxy.port}", "--duration",
+                                       str(ctx.oprofile["max_s"]), "--concurrency", "32",
+                                       "--size" if kind == "rr" else "--payload", str(SIZE)],
+                              ctx.oprofile["max_s"] + 60)
+                ctx.log(f"{system:8} {kind:4} closed-loop max {r['rate']:.0f}/s")
+                rates.append(r["rate"])
+            scale[kind] = min(rates)
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+    return scale
+
+
+def redraw(path, chart):
+    with open(path) as f:
+        saved = json.load(f)
+    draw_latency(saved["latency"], chart, saved.get("title", "open-loop latency"))
