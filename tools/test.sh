@@ -108,27 +108,6 @@ run_step() {  # name, command...
   report_step "$1"
 }
 
-# Starts a step in the background; `finish_step NAME` waits for it and
-# reports. With --serial it simply runs in the foreground.
-declare -A bg_pids=()
-start_step() {  # name, command...
-  if [[ $serial -eq 1 ]]; then
-    run_step "$@"
-    return
-  fi
-  echo "== $1 (started in the background)"
-  exec_step "$@" &
-  bg_pids[$1]=$!
-}
-finish_step() {  # name
-  local name=$1
-  [[ -n "${bg_pids[$name]:-}" ]] || return 0
-  wait "${bg_pids[$name]}"
-  unset "bg_pids[$name]"
-  echo "== $name (finished)"
-  report_step "$name"
-}
-
 unit_tests() {  # build dir, label
   local dir=$1 label=$2 t
   for t in "$dir"/tests/unit/*/test_*; do
@@ -168,6 +147,7 @@ tsan_tests=(
   tests/e2e/test_postgres_sni.py
   tests/integration/test_safe_start.py
   tests/integration/test_readiness.py
+  tests/integration/test_queue.py
 )
 
 # Passes when no ThreadSanitizer report was written to $1 (a directory);
@@ -182,21 +162,37 @@ no_tsan_reports() {
 }
 
 # The sanitizer builds, one after the other, niced: they fill the CPU the
-# default build's tests leave idle.
+# tests leave idle. Each leaves a marker file that the lanes wait for.
 sanitizer_builds() {
   # No vptr check: gcc 12's runtime verifies a vtable by probing its memory
   # through pipe(2), which fails while the process is out of descriptors --
   # the state several tests create on purpose -- and then reports a valid
   # object as having an "invalid vptr" (and leaks the demangled names).
-  local rc=0
+  # -O1 -g1: what the sanitizers' own documentation suggests, and about
+  # half the compile time of -O2 -g (a heavy unit here: 17 CPU-seconds
+  # instead of 32); reports still name file and line.
+  local rc=0 r
   nice -n 10 tools/build.sh build-asan -Dstrict=true -Db_sanitize=address,undefined -Db_lundef=false \
-      -Dcpp_args=-fno-sanitize=vptr || rc=1
-  echo "asan build exit $rc" >"$log/asan-built"
-  nice -n 10 tools/build.sh build-tsan -Dstrict=true -Db_sanitize=thread -Db_lundef=false || rc=1
+      -Doptimization=1 "-Dcpp_args=-fno-sanitize=vptr -g1"
+  r=$?; [[ $r -ne 0 ]] && rc=1
+  echo "$r" >"$log/asan-built"
+  nice -n 10 tools/build.sh build-tsan -Dstrict=true -Db_sanitize=thread -Db_lundef=false \
+      -Doptimization=1 -Dcpp_args=-g1
+  r=$?; [[ $r -ne 0 ]] && rc=1
+  echo "$r" >"$log/tsan-built"
   return $rc
 }
-wait_for_file() {  # path, pid of the step that writes it
-  while [[ ! -e "$1" ]] && kill -0 "$2" 2>/dev/null; do sleep 2; done
+# Waits until the build marker $1 exists; true when that build succeeded.
+built() {
+  while [[ ! -e "$log/$1-built" ]]; do sleep 2; done
+  [[ $(cat "$log/$1-built") == 0 ]]
+}
+
+# Records a build that failed as one failed test.
+build_failed() {  # name
+  echo "0 1" >"$log/$(key "$1").count"
+  echo 1 >"$log/$(key "$1").rc"
+  echo "$1" >>"$log/order"
 }
 
 echo "== build (warnings are errors)"
@@ -207,64 +203,101 @@ if [[ $(cat "$log/build_default.rc") -ne 0 ]]; then
   exit 1
 fi
 
-if [[ $quick -eq 0 ]]; then
-  start_step "build asan+ubsan, then tsan" sanitizer_builds
-fi
+tsan_env=""
+reports="$PWD/build-tsan/tsan-reports"
+asan_env=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 
-unit_tests build-ci "default build"
-run_step "default build integration+e2e" pytest_suite build-ci -- tests/integration tests/e2e
-# Builds the Debian package once (a full compile of its own): not repeated
-# in the sanitizer passes.
-run_step "Debian package (tools/deb.sh, dpkg-deb, lintian)" "$py" -m pytest -q -p no:cacheprovider tests/package
-if [[ $quick -eq 1 ]]; then
-  # The same integration and e2e tests with every listener the tests write
-  # splicing (splice = "pipe"): moving bytes with splice(2) must not change
-  # any behaviour a test can see.
-  run_step "default build integration+e2e, splice = pipe" \
-    pytest_suite build-ci SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
-fi
-
-if [[ $quick -eq 0 ]]; then
-  run_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start and admin request parsers ${fuzz_seconds}s" \
-    tools/fuzz.sh "$fuzz_seconds"
-
-  builds=${bg_pids["build asan+ubsan, then tsan"]:-}
-  [[ -n "$builds" ]] && wait_for_file "$log/asan-built" "$builds"
-  if [[ -e "$log/asan-built" && $(cat "$log/asan-built") == "asan build exit 0" ]] || [[ $serial -eq 1 && -x build-asan/sluice ]]; then
-    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-    unit_tests build-asan "asan+ubsan"
-    # Copy and splice modes side by side: two pytest processes.
-    start_step "asan+ubsan integration+e2e, splice = pipe" \
-      pytest_suite build-asan SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
-    run_step "asan+ubsan integration+e2e" pytest_suite build-asan -- tests/integration tests/e2e
-  else
-    echo "== build with AddressSanitizer + UndefinedBehaviorSanitizer: FAILED"
-    echo "0 1" >"$log/asan_build.count"
-    echo "asan build" >>"$log/order"
+# Two lanes of tests run side by side, each at most one pytest process, so
+# no more than two suites ever compete for the two cores (every test holds
+# on a busy machine; four suites at once would make that a gamble). The
+# lanes are balanced by their usual length:
+#   lane 1: default build unit, integration+e2e; then ASan unit and
+#           integration+e2e (copy mode);
+#   lane 2: Debian package, fuzz; then ASan integration+e2e with every
+#           listener splicing; then the TSan unit and thread tests.
+# Lane 2's steps print their results when lane 2 is joined.
+lane_two_steps=()
+lane_two() {
+  exec_step "Debian package (tools/deb.sh, dpkg-deb, lintian)" "$py" -m pytest -q -p no:cacheprovider tests/package
+  if [[ $quick -eq 1 ]]; then
+    # The same integration and e2e tests with every listener the tests write
+    # splicing (splice = "pipe"): moving bytes with splice(2) must not change
+    # any behaviour a test can see.
+    exec_step "default build integration+e2e, splice = pipe" \
+      pytest_suite build-ci SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
+    return
   fi
-
-  finish_step "build asan+ubsan, then tsan"
-  if [[ -x build-tsan/sluice && $(cat "$log/$(key "build asan+ubsan, then tsan").rc" 2>/dev/null || echo 1) -eq 0 ]]; then
-    reports="$PWD/build-tsan/tsan-reports"
+  exec_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start and admin request parsers ${fuzz_seconds}s" \
+    tools/fuzz.sh "$fuzz_seconds"
+  if built asan; then
+    exec_step "asan+ubsan integration+e2e, splice = pipe" \
+      pytest_suite build-asan "${asan_env[@]}" SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
+  fi
+  if built tsan; then
     rm -rf "$reports"
     mkdir -p "$reports"
     # Reports go to files so that none is lost in a process whose output no
     # test reads; halt_on_error makes the process fail its test as well.
     # Suppressions only for reports inside third-party libraries (see the file).
     tsan_env="TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 log_path=$reports/tsan suppressions=$PWD/tools/tsan.supp"
+    local t
     for t in build-tsan/tests/unit/*/test_*; do
       [[ -x "$t" && -f "$t" ]] || continue
-      run_step "tsan unit $(basename "$t" | sed 's/^test_//')" env "$tsan_env" "$t"
+      exec_step "tsan unit $(basename "$t" | sed 's/^test_//')" env "$tsan_env" "$t"
     done
-    run_step "tsan integration+e2e (threads sharing state)" \
+    exec_step "tsan integration+e2e (threads sharing state)" \
       pytest_suite build-tsan "$tsan_env" -- "${tsan_tests[@]}"
+    exec_step "tsan reports" no_tsan_reports "$reports"
+  else
+    build_failed "build with ThreadSanitizer"
   fi
-  finish_step "asan+ubsan integration+e2e, splice = pipe"
-  if [[ -n "${reports:-}" ]]; then
-    run_step "tsan reports" no_tsan_reports "$reports"
+}
+
+if [[ $quick -eq 0 ]]; then
+  if [[ $serial -eq 1 ]]; then
+    exec_step "build asan+ubsan, then tsan" sanitizer_builds
+  else
+    echo "== build asan+ubsan, then tsan (started in the background)"
+    exec_step "build asan+ubsan, then tsan" sanitizer_builds &
+    builds_pid=$!
   fi
 fi
+if [[ $serial -eq 0 ]]; then
+  echo "== lane 2: Debian package, fuzz, ASan splice = pipe, TSan (started in the background)"
+  lane_two &
+  lane_two_pid=$!
+fi
+
+unit_tests build-ci "default build"
+run_step "default build integration+e2e" pytest_suite build-ci -- tests/integration tests/e2e
+if [[ $quick -eq 0 ]]; then
+  if built asan; then
+    for t in build-asan/tests/unit/*/test_*; do
+      [[ -x "$t" && -f "$t" ]] || continue
+      run_step "asan+ubsan unit $(basename "$t" | sed 's/^test_//')" env "${asan_env[@]}" "$t"
+    done
+    run_step "asan+ubsan integration+e2e" pytest_suite build-asan "${asan_env[@]}" -- tests/integration tests/e2e
+  else
+    build_failed "build with AddressSanitizer + UndefinedBehaviorSanitizer"
+    report_step "build with AddressSanitizer + UndefinedBehaviorSanitizer"
+  fi
+fi
+
+if [[ $serial -eq 1 ]]; then
+  lane_two
+else
+  wait "$lane_two_pid"
+  [[ -n "${builds_pid:-}" ]] && wait "$builds_pid"
+fi
+# Lane 2's results (and the builds'), now that they are all in.
+echo "== lane 2 and the sanitizer builds"
+while read -r name; do
+  case "$name" in
+    "Debian package"*|fuzz*|"asan+ubsan integration+e2e, splice = pipe"|tsan*|"default build integration+e2e, splice = pipe"|"build asan+ubsan, then tsan"|"build with ThreadSanitizer")
+      echo "== $name"
+      report_step "$name" ;;
+  esac
+done < <(cat "$log/order")
 
 # Timing, per stage, in the order the stages began.
 echo "== timing (wall-clock seconds; background stages overlap others)"
