@@ -216,7 +216,6 @@ asan_env=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stack
 #   lane 2: Debian package, fuzz; then ASan integration+e2e with every
 #           listener splicing; then the TSan unit and thread tests.
 # Lane 2's steps print their results when lane 2 is joined.
-lane_two_steps=()
 lane_two() {
   exec_step "Debian package (tools/deb.sh, dpkg-deb, lintian)" "$py" -m pytest -q -p no:cacheprovider tests/package
   if [[ $quick -eq 1 ]]; then
