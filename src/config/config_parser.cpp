@@ -353,7 +353,7 @@ class Parser {
   UpstreamConfig parse_upstream(const toml::table& table, const std::string& context, const GlobalConfig& global) {
     TableReader r(table, context, path_);
     r.reject_unknown_keys({"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
-                           "fallback", "proxy_protocol", "drain_timeout", "servers", "health"});
+                           "fallback", "proxy_protocol", "drain_timeout", "servers", "sentinel", "health"});
     UpstreamConfig u;
     u.drain_timeout = global.drain_timeout;
     if (auto v = r.choice<Balance>("balance", {{"least_conn", Balance::least_conn},
@@ -394,6 +394,27 @@ class Parser {
       u.drain_timeout_set = true;
     }
 
+    if (r.has("sentinel") && r.has("servers")) {
+      r.fail_key("sentinel", "sentinel and servers are both set: an upstream takes its server from the sentinels or "
+                             "from servers, not both");
+    }
+    if (!r.has("sentinel") && !r.has("servers")) {
+      r.fail_table("needs servers = [{ address = \"host:port\" }, ...] or sentinel = { addresses = [...], master = "
+                   "\"...\" }");
+    }
+    if (const toml::node* sentinel = r.get("sentinel")) {
+      const auto* sentinel_table = sentinel->as_table();
+      if (sentinel_table == nullptr) {
+        r.fail_type("sentinel", *sentinel, "a table like { addresses = [\"10.0.0.1:26379\"], master = \"mymaster\" }");
+      }
+      u.sentinel = config_detail::parse_sentinel(*sentinel_table, context, path_);
+    }
+    if (u.sentinel) {
+      parse_upstream_health(r, u, context);
+      sentinel_health(r, u, context);
+      return u;
+    }
+
     const toml::node& servers_node = r.require("servers");
     const toml::array* servers = r.array("servers", "an array of tables like [{ address = \"10.0.0.1:5432\" }]");
     if (servers->empty()) r.fail(servers_node, "servers must not be empty");
@@ -430,6 +451,11 @@ class Parser {
       u.servers.push_back(std::move(server));
     }
 
+    parse_upstream_health(r, u, context);
+    return u;
+  }
+
+  void parse_upstream_health(const TableReader& r, UpstreamConfig& u, const std::string& context) {
     if (const toml::node* health = r.get("health")) {
       const auto* health_table = health->as_table();
       if (health_table == nullptr) r.fail_type("health", *health, "a table ([upstream.NAME.health])");
@@ -445,7 +471,34 @@ class Parser {
         u.all_down = *v;
       }
     }
-    return u;
+  }
+
+  // A sentinel names the master, but sluice sends no one there before its
+  // own check has seen the role: a sentinel can be wrong or late, and the
+  // old master may still answer as one. No [health] table means a redis
+  // check with role = "primary" and the documented defaults; one written
+  // must be that check.
+  void sentinel_health(const TableReader& r, UpstreamConfig& u, const std::string& context) {
+    if (!u.health) {
+      toml::table defaults{{"type", "redis"}, {"role", "primary"}};
+      u.health = config_detail::parse_health(defaults, context + " health", path_);
+      u.health->send_proxy = u.proxy_protocol;
+      return;
+    }
+    const TableReader h(*r.get("health")->as_table(), context + " health", path_);
+    if (u.health->type != HealthType::redis) {
+      const std::string message = "an upstream with sentinel needs type = \"redis\" with role = \"primary\" (sluice "
+                                  "confirms the master the sentinels name), or no [health] table for that check";
+      if (const toml::node* type = h.get("type")) h.fail(*type, message);
+      h.fail_table(message);
+    }
+    if (u.health->redis_role != RedisRole::master) {
+      const toml::node* role = h.get("role");
+      const std::string message = "an upstream with sentinel needs role = \"primary\" (or \"master\"): its server is "
+                                  "the master the sentinels name";
+      if (role != nullptr) h.fail(*role, message);
+      h.fail_table(message);
+    }
   }
 
   // Two entries of one upstream must not ask for the same name (they would
