@@ -103,9 +103,10 @@ class Conn {
 
   void close() {
     if (closing_) return;
+    // The callbacks stay until the object is deleted: close() may be
+    // called from inside on_reply_, whose captures must outlive the call.
+    // closing_ keeps them from running again.
     closing_ = true;
-    on_reply_ = nullptr;
-    on_fail_ = nullptr;
     uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), on_closed);
     uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_closed);
   }
@@ -186,7 +187,7 @@ class Conn {
       }
       if (r == RespResult::more) break;
       c->in_.erase(0, used);
-      if (c->on_reply_) c->on_reply_(v);
+      c->on_reply_(v);
     }
     if (!c->closing_ && c->in_.size() > kMaxBuffered) {
       c->fail("a reply over " + std::to_string(kMaxBuffered) + " bytes");
