@@ -44,7 +44,7 @@ TEST_CASE("sentinel errors name the file, line and column") {
       {head + "sentinel = { addresses = [\"10.0.0.1:26379\"], master = \"m\" }\nservers = [{ address = \"10.0.0.1:1\" }]\n",
        "x.toml:2:1: upstream \"u\": sentinel and servers are both set"},
       {head + "balance = \"round_robin\"\n", "x.toml:1:1: upstream \"u\": needs servers = "},
-      {head + "sentinel = { addresses = [], master = \"m\" }\n", "x.toml:2:25: upstream \"u\" sentinel: addresses must list"},
+      {head + "sentinel = { addresses = [], master = \"m\" }\n", "x.toml:2:26: upstream \"u\" sentinel: addresses must list"},
       {head + "sentinel = { master = \"m\" }\n", "missing required key \"addresses\""},
       {head + "sentinel = { addresses = [\"10.0.0.1:26379\"] }\n", "missing required key \"master\""},
       {head + "sentinel = { addresses = [\"10.0.0.1:26379\"], master = \"\" }\n", "master must be the name"},
