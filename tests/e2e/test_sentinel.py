@@ -229,6 +229,25 @@ def fail_over(cluster: Cluster, ss: SentinelSluice, via: int) -> tuple[float, in
         time.sleep(0.01)
 
 
+def fake_sentinel(reply: bytes):
+    """A Backend handler standing in for a sentinel: once asked for the
+    master, it sends `reply` (raw RESP bytes)."""
+    def handler(backend: harness.Backend, conn: socket.socket):
+        got = b""
+        while b"get-master-addr-by-name" not in got:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            got += chunk
+        conn.sendall(reply)
+        harness.recv_all(conn)  # until sluice closes it
+    return handler
+
+
+def resp_address(host: str, port: int) -> bytes:
+    return b"*2\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in (host.encode(), str(port).encode()))
+
+
 # --------------------------------------------------------------------------
 # tests
 # --------------------------------------------------------------------------
@@ -332,3 +351,26 @@ def test_sentinel_and_servers_both_or_neither(tmp_path):
         r = harness.run_check(cfg)
         assert r.returncode != 0, r.stdout.decode()
         assert re.search(r"bad\.toml:\d+:\d+: .*" + rx, (r.stdout + r.stderr).decode()), (r.stdout + r.stderr).decode()
+
+
+def test_a_sentinel_naming_a_replica_sends_no_one_there(cluster, sentinel_sluice, backends):
+    # A wrong (or stale) sentinel names the replica: sluice's own role check
+    # keeps every session away from it.
+    wrong = backends(fake_sentinel(resp_address("127.0.0.1", cluster.replica.port)))
+    ss = sentinel_sluice({"addresses": [wrong.address], "master": MASTER})
+    assert [s["address"] for s in ss.servers()] == [cluster.replica.address]
+    harness.wait_until(lambda: "role is replica" in (ss.servers()[0]["last_check"] or {}).get("reason", ""),
+                       what="the role check's verdict")
+    assert ss.servers()[0]["active_check"] == "down"
+    for _ in range(5):
+        assert port_through(ss) is None
+
+
+def test_a_reply_over_the_cap_skips_that_sentinel(cluster, sentinel_sluice, backends):
+    huge = backends(fake_sentinel(b"*2\r\n$100000000\r\n" + b"x" * 70000))
+    ss = sentinel_sluice({"addresses": [huge.address] + [s.address for s in cluster.sentinels], "master": MASTER})
+    assert port_through(ss) == cluster.master.port
+    entry = next(e for e in ss.status()["discovery"]["entries"] if e["type"] == "sentinel")
+    assert entry["addresses"] == [cluster.master.address]
+    assert ss.status()["discovery"]["errors"].get("sentinel", 0) >= 1
+    assert ss.s.running()
