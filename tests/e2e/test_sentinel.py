@@ -374,3 +374,21 @@ def test_a_reply_over_the_cap_skips_that_sentinel(cluster, sentinel_sluice, back
     assert entry["addresses"] == [cluster.master.address]
     assert ss.status()["discovery"]["errors"].get("sentinel", 0) >= 1
     assert ss.s.running()
+
+
+def test_a_reload_keeps_the_master_and_its_sessions(cluster, sentinel_sluice):
+    ss = sentinel_sluice({"addresses": [s.address for s in cluster.sentinels], "master": MASTER})
+    held = harness.connect(*ss.s.addr("main"))
+    held.sendall(dbpeers.resp_command("PING"))
+    assert harness.recv_exact(held, 7) == b"+PONG\r\n"
+    # The same sentinels, in another order: the master stays known.
+    text = ss.s.config_path.read_text()
+    reordered = text.replace(", ".join(f'"{s.address}"' for s in cluster.sentinels),
+                             ", ".join(f'"{s.address}"' for s in reversed(cluster.sentinels)))
+    assert reordered != text
+    ss.s.reload(reordered)
+    assert [s["address"] for s in ss.servers()] == [cluster.master.address]
+    held.sendall(dbpeers.resp_command("PING"))
+    assert harness.recv_exact(held, 7) == b"+PONG\r\n"
+    held.close()
+    assert port_through(ss) == cluster.master.port
