@@ -392,3 +392,36 @@ def test_a_reload_keeps_the_master_and_its_sessions(cluster, sentinel_sluice):
     assert harness.recv_exact(held, 7) == b"+PONG\r\n"
     held.close()
     assert port_through(ss) == cluster.master.port
+
+
+def test_password_file_is_sent_with_auth(cluster, sentinel_sluice, backends, tmp_path):
+    pw = tmp_path / "sentinel.pw"
+    pw.write_text("s3cret\n")
+    seen: list[bytes] = []
+
+    def handler(backend: harness.Backend, conn: socket.socket):
+        got = b""
+        while b"get-master-addr-by-name" not in got:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            got += chunk
+        seen.append(got)
+        ok = got.startswith(dbpeers.resp_command("AUTH", "s3cret"))
+        conn.sendall(b"+OK\r\n" + resp_address("127.0.0.1", cluster.master.port) if ok
+                     else b"-WRONGPASS invalid username-password pair\r\n")
+        harness.recv_all(conn)
+
+    sentinel = backends(handler)
+    ss = sentinel_sluice({"addresses": [sentinel.address], "master": MASTER, "password_file": str(pw)})
+    assert port_through(ss) == cluster.master.port
+    assert seen and all(s.startswith(dbpeers.resp_command("AUTH", "s3cret")) for s in seen)
+
+    # A wrong password: that sentinel names nothing, and /status says why.
+    pw.write_text("wrong\n")
+    ss2 = sentinel_sluice({"addresses": [sentinel.address], "master": MASTER, "password_file": str(pw)},
+                          name="sluice2")
+    entry = next(e for e in ss2.status()["discovery"]["entries"] if e["type"] == "sentinel")
+    assert entry["addresses"] == []
+    assert 'AUTH failed: "WRONGPASS' in entry["last_error"], entry
+    assert port_through(ss2) is None
