@@ -260,7 +260,7 @@ class Sentinels::Watch {
       : owner_(owner), upstream_(std::move(upstream)), config_(std::move(config)), master_(std::move(master)) {
     poll_timer_ = new_timer(owner_->loop_, this);
     sub_timer_ = new_timer(owner_->loop_, this);
-    poll_from(0);
+    poll_round();
     sub_connect();
   }
 
@@ -326,8 +326,18 @@ class Sentinels::Watch {
 
   // --- the safety-net poll: each sentinel in order, first answer wins ---
 
+  // One round over the sentinels. It starts at the one the subscription is
+  // on, when there is one: that sentinel sent the last +switch-master, so
+  // its answer agrees with it, while another may not have heard of a
+  // failover yet and would name the old master for a moment.
+  void poll_round() {
+    poll_tried_ = 0;
+    poll_from(subscribed_ ? sub_index_ : 0);
+  }
+
   void poll_from(std::size_t index) {
     poll_index_ = index;
+    ++poll_tried_;
     std::string password, error;
     if (!read_password(config_.password_file, password, error)) {
       poll_failed(error);
@@ -365,8 +375,8 @@ class Sentinels::Watch {
       poll_ = nullptr;
     }
     note_error(label(poll_index_) + ": " + reason);
-    if (poll_index_ + 1 < config_.addresses.size()) {
-      poll_from(poll_index_ + 1);
+    if (poll_tried_ < config_.addresses.size()) {
+      poll_from((poll_index_ + 1) % config_.addresses.size());
       return;
     }
     if (!poll_failing_) {
@@ -387,7 +397,7 @@ class Sentinels::Watch {
     asked_ = true;
     const Duration next = ok ? kSentinelPoll : kSentinelTimeout;
     next_poll_ms_ = wall_now_ms() + next.count();
-    uv_timer_start(poll_timer_, [](uv_timer_t* t) { static_cast<Watch*>(t->data)->poll_from(0); }, timer_ms(next), 0);
+    uv_timer_start(poll_timer_, [](uv_timer_t* t) { static_cast<Watch*>(t->data)->poll_round(); }, timer_ms(next), 0);
   }
 
   // --- the subscription to +switch-master ---
@@ -477,6 +487,7 @@ class Sentinels::Watch {
   bool asked_ = false;  // a first poll round has ended
   Conn* poll_ = nullptr;
   std::size_t poll_index_ = 0;
+  std::size_t poll_tried_ = 0;  // sentinels asked in this round
   bool poll_failing_ = false;
   Conn* sub_ = nullptr;
   std::size_t sub_index_ = 0;

@@ -7,8 +7,8 @@
 //   sentinels announce it. When it drops, it is opened again with backoff
 //   (0.1 s doubling to 5 s), from the first address.
 // - A poll every few seconds, a safety net for a message lost while the
-//   subscription was down: the sentinels in order, the first that names the
-//   master wins.
+//   subscription was down: the sentinels in order (from the subscribed one,
+//   when there is one), the first that names the master wins.
 //
 // Every connection is non-blocking libuv TCP with a deadline; replies are
 // parsed by resp.hpp with its caps. No worker ever waits for a sentinel.
