@@ -261,6 +261,7 @@ def test_failover_is_followed_and_old_master_sessions_close(cluster, sentinel_sl
     assert servers[0]["from"] == f"sentinel {MASTER}"
     entry = next(e for e in ss.status()["discovery"]["entries"] if e["type"] == "sentinel")
     assert entry["addresses"] == [cluster.master.address] and entry["name"] == MASTER
+    assert f'sluice_dns_entry_servers{{upstream="up",name="{MASTER}"}} 1' in ss.get("/metrics").splitlines()
     ss.s.log.wait_for(r"follows \+switch-master at sentinel", timeout=harness.EVENT_TIMEOUT)
 
     # A session on the master, open across the failover.
