@@ -39,14 +39,26 @@ ALL_SYSTEMS = ["sluice", "haproxy", "nginx"]
 # sluice-nohalfclose ends a session on its first FIN, like nginx's default.
 VARIANT_SYSTEMS = {"sluice-pipe": ['splice = "pipe"'], "sluice-auto": ['splice = "auto"'],
                    "sluice-nohalfclose": ["half_close = false"]}
+# TCP keepalive and several workers, beside peers configured the same way
+# (see PEER_VARIANTS). sluice-base-* run the --sluice-base binary.
+VARIANT_SYSTEMS.update({
+    "sluice-keepalive": ["tcp_keepalive = true"], "sluice-base-keepalive": ["tcp_keepalive = true"],
+    "sluice-w2": ["workers = 2"], "sluice-base-w2": ["workers = 2"]})
 # nginx with `proxy_half_close on`: a FIN is passed on and the session waits
 # for the other side's, as sluice always does and HAProxy does by default
 # (nginx's default closes both sides on the first FIN). Opt-in, beside nginx.
 NGINX_HALF_CLOSE = "nginx-halfclose"
-PEERS = ("haproxy", "nginx", NGINX_HALF_CLOSE)
+# nginx-keepalive: `so_keepalive=60s:10s:6` on `listen` and `proxy_socket_keepalive
+# on` (sluice's default keepalive; nginx cannot set the server leg's times, so
+# that leg uses the kernel's). haproxy-w2 / nginx-w2: `nbthread 2` /
+# `worker_processes 2`, beside sluice-w2.
+PEER_VARIANTS = {"nginx-keepalive": {"keepalive": True}, "nginx-w2": {"workers": 2},
+                 "haproxy-w2": {"nbthread": 2}}
+PEERS = ("haproxy", "nginx", NGINX_HALF_CLOSE, *PEER_VARIANTS)
 ALL_LOADS = ["conn", "conn_sc", "rr", "bulk", "bulk_fault", "idle", "tls", "sys", "sys_sc",
              "pgbench", "pgbench_c", "conn_1000", "conn_1000_hash", "conn_1000_dns",
              "conn_1000_dns_hash"]
+ALL_LOADS.insert(ALL_LOADS.index("pgbench_c") + 1, "sysbench")
 PG_LOADS = ("pgbench", "pgbench_c")
 MANY_LOADS = ("conn_1000", "conn_1000_hash")
 MANY_SERVERS = 1000
@@ -83,6 +95,11 @@ PROFILES = {
         "many_s": 1.5,
     },
 }
+
+
+# The sysbench load's sizes, per profile.
+PROFILES["full"].update({"sb_s": 10, "sb_c": 8, "sb_tables": 2, "sb_rows": 10000})
+PROFILES["quick"].update({"sb_s": 2, "sb_c": 8, "sb_tables": 1, "sb_rows": 10000})
 
 
 class BenchError(Exception):
@@ -150,6 +167,18 @@ def cpu_seconds(pids):
             fields = f.read().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / CLK_TCK
+
+
+def worker_pids(pid, count, timeout=5.0):
+    """The `count` child processes of `pid` (nginx's workers under its master)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        kids = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(k) for k in f.read().split()]
+        if len(kids) >= count or time.monotonic() > deadline:
+            return kids
 
 
 def rss_bytes(pids):
@@ -298,9 +327,13 @@ def server_address(server):
 
 def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", settings=(), fault=None,
                   tail=()):
+    # A variant's `workers` goes to [global]; its tcp_keepalive replaces ours.
+    workers = [x for x in settings if x.startswith("workers")] or ["workers = 1"]
+    keepalive = [x for x in settings if x.startswith("tcp_keepalive")] or ["tcp_keepalive = false"]
+    settings = [x for x in settings if not x.startswith(("workers", "tcp_keepalive"))]
     out = [
         "[global]",
-        "workers = 1",
+        *workers,
         'access_log = "off"',
         'log_level = "error"',
         "",
@@ -312,7 +345,7 @@ def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", setti
         # HAProxy and nginx leave TCP keepalive off unless asked; sluice
         # turns it on by default, which costs four setsockopt calls per
         # server connection. Measured like for like.
-        "tcp_keepalive = false",
+        *keepalive,
     ]
     out += settings
     upstreams = {}
@@ -343,10 +376,10 @@ def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", setti
     return "\n".join(out) + "\n"
 
 
-def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn", fault=None):
+def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn", fault=None, nbthread=1):
     out = [
         "global",
-        "    nbthread 1",
+        f"    nbthread {nbthread}",
         "    maxconn 8000",
         "",
         "defaults",
@@ -380,12 +413,13 @@ def haproxy_config(listen_port, plain=None, tls=None, balance="least_conn", faul
 
 
 def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn",
-                 half_close=False, fault=None):
+                 half_close=False, fault=None, keepalive=False, workers=1):
     out = [
         f"load_module {NGINX_STREAM_MODULE};",
-        "worker_processes 1;",
+        f"worker_processes {workers};",
         "daemon off;",
-        "master_process off;",
+        # Several workers need the master process (one process otherwise).
+        f"master_process {'on' if workers > 1 else 'off'};",
         f"pid {workdir}/nginx.pid;",
         f"error_log {workdir}/nginx-error.log crit;",
         "worker_rlimit_nofile 20000;",
@@ -412,10 +446,12 @@ def nginx_config(listen_port, workdir, plain=None, tls=None, balance="least_conn
         out.append("  }")
     out += [
         "  server {",
-        f"    listen 127.0.0.1:{listen_port};",
+        f"    listen 127.0.0.1:{listen_port}{' so_keepalive=60s:10s:6' if keepalive else ''};",
         f"    proxy_connect_timeout {CONNECT_TIMEOUT_S}s;",
         f"    proxy_timeout {IDLE_TIMEOUT_S}s;",
     ]
+    if keepalive:
+        out.append("    proxy_socket_keepalive on;")
     if half_close:
         out.append("    proxy_half_close on;")
     if tls:
@@ -444,19 +480,20 @@ class Proxy:
         self.log = os.path.join(workdir, f"{system}-{tag}.log")
         conf_dir = os.path.join(workdir, f"{system}-{tag}")
         os.makedirs(conf_dir, exist_ok=True)
+        peer = PEER_VARIANTS.get(system, {})
         if system in ("sluice", "sluice-base") or system in VARIANT_SYSTEMS:
             path = os.path.join(conf_dir, "sluice.toml")
             text = sluice_config(self.port, plain, tls, balance, VARIANT_SYSTEMS.get(system, ()), fault,
                                  sluice_tail)
             argv = [binary, "-c", path]
-        elif system == "haproxy":
+        elif system.startswith("haproxy"):
             path = os.path.join(conf_dir, "haproxy.cfg")
-            text = haproxy_config(self.port, plain, tls, balance, fault)
+            text = haproxy_config(self.port, plain, tls, balance, fault, **peer)
             argv = [binary, "-db", "-f", path]
         else:
             path = os.path.join(conf_dir, "nginx.conf")
             text = nginx_config(self.port, conf_dir, plain, tls, balance,
-                                half_close=system == NGINX_HALF_CLOSE, fault=fault)
+                                half_close=system == NGINX_HALF_CLOSE, fault=fault, **peer)
             argv = [binary, "-p", conf_dir, "-e", os.path.join(conf_dir, "nginx-error.log"),
                     "-c", path]
         with open(path, "w") as f:
@@ -469,6 +506,8 @@ class Proxy:
             raise BenchError(f"{system} did not start: {why}")
         # With one worker thread and master_process off, each proxy is one process.
         self.pids = [self.proc.pid]
+        if peer.get("workers", 1) > 1:
+            self.pids += worker_pids(self.proc.pid, peer["workers"])
 
     def alive(self):
         return self.proc.poll() is None
@@ -486,8 +525,13 @@ class Proxy:
 # --------------------------------------------------------------------------
 # Loads. Each returns a dict of figures for one (system, load) run.
 
+# `taskset -c CPUS` when --pin-loadgen is given: the load generator's client
+# kept on its own CPUs, apart from the proxy's workers.
+LOADGEN_PREFIX = []
+
+
 def run_loadgen(loadgen, args, timeout):
-    res = subprocess.run([loadgen, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    res = subprocess.run([*LOADGEN_PREFIX, loadgen, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          timeout=timeout)
     lines = [l for l in res.stdout.decode().splitlines() if l.startswith("{")]
     if not lines:
@@ -568,8 +612,9 @@ def load_syscalls(ctx, proxy):
     if not shutil.which("strace"):
         raise BenchError("strace not installed")
     out = os.path.join(ctx.workdir, f"strace-{proxy.port}.txt")
+    # Every process of the proxy (nginx's workers too, when it has several).
     tracer = ctx.procs.start(["strace", "-c", "-f", "-q", "-U", "calls,name", "-o", out,
-                              "-p", str(proxy.proc.pid)])
+                              *[a for pid in proxy.pids for a in ("-p", str(pid))]])
     time.sleep(1.0)  # attaching to every thread takes a moment
     try:
         r = run_loadgen(ctx.loadgen, ["conn", "--target", f"127.0.0.1:{proxy.port}",
@@ -761,6 +806,18 @@ def pgbench_figure(pattern, text):
     return float(m.group(1)) if m else None
 
 
+def timed_client(call):
+    """Runs a client command (call() -> CompletedProcess); its result with the
+    wall time and the CPU time the command used (children's rusage)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    res = call()
+    elapsed = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"res": res, "elapsed": elapsed, "cpu_s": cpu}
+
+
 def load_pgbench(ctx, proxy, new_connections):
     """pgbench -S (one primary-key SELECT per transaction) through the proxy,
     on persistent connections or with -C (a new connection per transaction)."""
@@ -769,16 +826,7 @@ def load_pgbench(ctx, proxy, new_connections):
     if new_connections:
         args.append("-C")
 
-    def run():
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.monotonic()
-        res = ctx.pg.pgbench(proxy.port, args, p["pg_s"] + 60)
-        elapsed = time.monotonic() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-        return {"res": res, "elapsed": elapsed, "cpu_s": cpu}
-
-    r = measure(proxy, run)
+    r = measure(proxy, lambda: timed_client(lambda: ctx.pg.pgbench(proxy.port, args, p["pg_s"] + 60)))
     out, err = r["res"].stdout, r["res"].stderr
     xacts = pgbench_figure(r"number of transactions actually processed: (\d+)", out)
     tps = pgbench_figure(r"tps = ([0-9.]+)", out)
@@ -794,6 +842,82 @@ def load_pgbench(ctx, proxy, new_connections):
 def last_line(text):
     lines = text.strip().splitlines()
     return lines[-1] if lines else ""
+
+
+# --------------------------------------------------------------------------
+# MariaDB for the sysbench load: the end-to-end tests' helpers start it
+# (tests/e2e/mariadb_peers.py: mariadb-install-db, then mariadbd on a free
+# 127.0.0.1 port, stopped by its PID); sysbench prepares its tables once.
+
+SYSBENCH_LOADS = ("sysbench",)
+
+
+def import_mariadb_peers():
+    """(module, None) or (None|module, why the sysbench load cannot run)."""
+    dbpeers, _ = import_dbpeers()  # also puts the tests' folders on sys.path
+    if dbpeers is None:
+        return None, "cannot load tests/e2e/dbpeers.py"
+    try:
+        import mariadb_peers
+    except ImportError as exc:
+        return None, f"cannot load tests/e2e/mariadb_peers.py ({exc})"
+    if not shutil.which("sysbench"):
+        return mariadb_peers, "sysbench not found (Debian package sysbench)"
+    return mariadb_peers, mariadb_peers.missing()
+
+
+class MariaDbServer:
+    """A throwaway MariaDB in the benchmark's directory with sysbench's
+    oltp tables (small enough to stay in the buffer pool: the proxy is
+    measured, not the disk)."""
+
+    def __init__(self, peers, workdir, tables, rows):
+        self.server = None
+        self.common = [f"--tables={tables}", f"--table-size={rows}"]
+        root = Path(workdir) / "mariadb"
+        root.mkdir()
+        try:
+            self.server = peers.MariaDb(peers.install_template(root), root / "server", server_id=1)
+            self.port = self.server.port
+            self.server.sql("CREATE DATABASE sbtest")
+            prep = self.sysbench(self.port, ["prepare"], 300)
+            if prep.returncode != 0:
+                raise BenchError("sysbench prepare failed: " + (prep.stderr or prep.stdout).strip()[-300:])
+        except AssertionError as exc:  # what mariadb_peers raises when a step fails
+            self.stop()
+            raise BenchError(f"MariaDB did not start: {exc}") from None
+        except BaseException:
+            self.stop()
+            raise
+
+    def sysbench(self, port, args, timeout):
+        return subprocess.run(
+            ["sysbench", "oltp_read_only", "--db-driver=mysql", "--mysql-host=127.0.0.1",
+             f"--mysql-port={port}", "--mysql-user=root", "--mysql-db=sbtest", *self.common, *args],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+
+    def stop(self):
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def load_sysbench(ctx, proxy):
+    """sysbench oltp_read_only through the proxy: a transaction is BEGIN, 14
+    SELECTs (10 by primary key, 4 over ranges) and COMMIT, on persistent
+    connections."""
+    p = ctx.profile
+    args = [f"--threads={p['sb_c']}", f"--time={p['sb_s']}", "run"]
+    r = measure(proxy, lambda: timed_client(lambda: ctx.mariadb.sysbench(proxy.port, args, p["sb_s"] + 60)))
+    out, err = r["res"].stdout, r["res"].stderr
+    xacts = pgbench_figure(r"transactions:\s+(\d+)", out)
+    tps = pgbench_figure(r"transactions:\s+\d+\s+\(([0-9.]+) per sec", out)
+    if r["res"].returncode != 0 or not xacts or tps is None:
+        raise BenchError(f"sysbench exited {r['res'].returncode}: " + (err.strip() or out.strip())[-300:])
+    failed = pgbench_figure(r"ignored errors:\s+(\d+)", out) or 0
+    return {"rate": tps, "lat_ms": pgbench_figure(r"avg:\s+([0-9.]+)", out),
+            **cost_per(r, xacts, 1e6), "errors": int(failed), "client_busy": client_busy(r),
+            "xacts": xacts, "first_error": last_line(err) if failed else ""}
 
 
 # --------------------------------------------------------------------------
@@ -940,7 +1064,8 @@ def load_many_dns(ctx, start, balance):
 LOAD_FUNCS = {"conn": load_conn, "conn_sc": load_conn, "rr": load_rr, "bulk": load_bulk,
               "idle": load_idle, "tls": load_tls, "sys": load_syscalls, "sys_sc": load_syscalls,
               "pgbench": lambda ctx, proxy: load_pgbench(ctx, proxy, False),
-              "pgbench_c": lambda ctx, proxy: load_pgbench(ctx, proxy, True)}
+              "pgbench_c": lambda ctx, proxy: load_pgbench(ctx, proxy, True),
+              "sysbench": load_sysbench}
 # Loads that start their own proxies: (ctx, start) -> figures, where
 # start(name, **shape) returns a running Proxy (stopped by run_load at the latest).
 MULTI_PROXY_FUNCS = {"bulk_fault": load_bulk_fault,
@@ -958,6 +1083,8 @@ def proxy_shape(load, ctx):
         return {"tls": ctx.backends.tls}
     if load in PG_LOADS:
         return {"plain": [ctx.pg.port]}
+    if load in SYSBENCH_LOADS:
+        return {"plain": [ctx.mariadb.port]}
     if load.endswith("_sc"):
         return {"plain": ctx.backends.echo_close}
     return {"plain": ctx.backends.echo}
@@ -1010,6 +1137,9 @@ def describe(load, p):
                    f"{p['pg_scale']}) on {p['pg_c']} persistent connections (-j 2), {p['pg_s']} s",
         "pgbench_c": f"pgbench -S -C: as pgbench, but a new connection for every transaction; "
                      f"{p['pg_c']} clients (-j 2), {p['pg_s']} s",
+        "sysbench": f"sysbench oltp_read_only (BEGIN, 14 SELECTs, COMMIT per transaction) through the "
+                    f"proxy to a local MariaDB ({p['sb_tables']} table(s) of {p['sb_rows']} rows) on "
+                    f"{p['sb_c']} persistent connections, {p['sb_s']} s",
         "conn_1000": f"the conn load ({p['conn_c']} concurrent, {p['many_s']} s) with least_conn "
                      f"over {MANY_SERVERS} servers, against the same with 1 server",
         "conn_1000_hash": f"the conn load ({p['conn_c']} concurrent, {p['many_s']} s) with a hash "
@@ -1083,6 +1213,7 @@ COLUMNS["conn_1000_dns_hash"] = COLUMNS["conn_1000_dns"]
 COLUMNS["conn_sc"] = COLUMNS["conn"]
 COLUMNS["sys_sc"] = COLUMNS["sys"]
 COLUMNS["pgbench_c"] = COLUMNS["pgbench"]
+COLUMNS["sysbench"] = COLUMNS["pgbench"]
 COLUMNS["conn_1000_hash"] = COLUMNS["conn_1000"]
 
 
@@ -1105,6 +1236,7 @@ RATIOS["conn_1000_dns_hash"] = RATIOS["conn_1000"]
 RATIOS["conn_sc"] = RATIOS["conn"]
 RATIOS["sys_sc"] = RATIOS["sys"]
 RATIOS["pgbench_c"] = RATIOS["pgbench"]
+RATIOS["sysbench"] = RATIOS["pgbench"]
 RATIOS["conn_1000_hash"] = RATIOS["conn_1000"]
 
 MACHINE_NOTE = (
@@ -1178,6 +1310,8 @@ def print_table(load, summary, systems, profile):
         others = list(PEERS)
         if mine == "sluice":
             others.insert(0, "sluice-base")
+        elif mine.startswith("sluice-") and not mine.startswith("sluice-base"):
+            others.insert(0, mine.replace("sluice-", "sluice-base-", 1))
         for other in others:
             if other in systems and not isinstance(summary[other], str):
                 ratio_rows.append((mine, other))
@@ -1232,6 +1366,8 @@ HEADLINES = [
     ("pgbench", "cpu_per_op", "pgbench -S, CPU µs/xact", "{:.1f}"),
     ("pgbench_c", "rate", "pgbench -S -C, tps", "{:.0f}"),
     ("pgbench_c", "cpu_per_op", "pgbench -S -C, CPU µs/xact", "{:.1f}"),
+    ("sysbench", "rate", "sysbench oltp_read_only, tps", "{:.0f}"),
+    ("sysbench", "cpu_per_op", "sysbench oltp_read_only, CPU µs/xact", "{:.1f}"),
     ("conn_1000", "cpu_per_op", "1000 servers least_conn, CPU µs/conn", "{:.1f}"),
     ("conn_1000", "scale_rate", "1000 servers least_conn, conn/s 1000/1", "{:.2f}"),
     ("conn_1000", "scale_cpu", "1000 servers least_conn, CPU/conn 1000/1", "{:.2f}"),
@@ -1285,6 +1421,7 @@ CHART_FIGURES = [
     ("tls", "cpu_per_op", "TLS preread\nCPU/conn"),
     ("pgbench", "cpu_per_op", "pgbench -S\nCPU/xact"),
     ("pgbench_c", "cpu_per_op", "pgbench -S -C\nCPU/xact"),
+    ("sysbench", "cpu_per_op", "sysbench oltp_ro\nCPU/xact"),
     ("conn_1000", "cpu_per_op", "1000 servers\nCPU/conn"),
 ]
 
@@ -1351,7 +1488,9 @@ def loads_help():
               "at the end. The conn_1000 loads reach one echo backend at 1000 loopback addresses",
               "(127.0.0.1 ... 127.0.3.232). The conn_1000_dns loads get the same addresses from",
               "a dnsmasq the benchmark starts (one name, refreshed every second) and run sluice",
-              "only; without dnsmasq (Debian dnsmasq-base) they are skipped with a message."]
+              "only; without dnsmasq (Debian dnsmasq-base) they are skipped with a message.",
+              "The sysbench load starts a throwaway MariaDB the same way (Debian mariadb-server",
+              "and sysbench; without them it is skipped with a message)."]
     return "\n".join(lines)
 
 
@@ -1363,12 +1502,15 @@ def parse_args():
     ap.add_argument("--sluice-base", metavar="BINARY",
                     help="also run this sluice binary as system sluice-base (an earlier build: "
                          "before/after figures from one run)")
+    ap.add_argument("--pin-loadgen", metavar="CPUS",
+                    help="run the load generator's client under taskset -c CPUS (e.g. 1)")
     ap.add_argument("--haproxy", default=shutil.which("haproxy") or "/usr/sbin/haproxy")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
     ap.add_argument("--only", default=",".join(ALL_SYSTEMS),
                     help="comma-separated systems (sluice,haproxy,nginx; also "
                          + ",".join(VARIANT_SYSTEMS) + ": sluice with that listener setting; "
-                         + NGINX_HALF_CLOSE + ": nginx with proxy_half_close on)")
+                         + NGINX_HALF_CLOSE + ": nginx with proxy_half_close on; "
+                         + ",".join(PEER_VARIANTS) + ": keepalive on, two workers)")
     ap.add_argument("--loads", default=",".join(ALL_LOADS),
                     help="comma-separated loads (" + ",".join(ALL_LOADS) + ")")
     ap.add_argument("--profile", choices=sorted(PROFILES), default="full",
@@ -1388,11 +1530,13 @@ def parse_args():
     if args.sluice_base and "sluice-base" not in args.systems:
         args.systems.insert(1, "sluice-base")
     bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in VARIANT_SYSTEMS
-           and s != NGINX_HALF_CLOSE
+           and s != NGINX_HALF_CLOSE and s not in PEER_VARIANTS
            and not (s == "sluice-base" and args.sluice_base)] + \
           [l for l in args.load_list if l not in ALL_LOADS]
     if bad:
         ap.error("unknown system or load: " + ", ".join(bad))
+    if not args.sluice_base and any(s.startswith("sluice-base") for s in args.systems):
+        ap.error("the sluice-base systems need --sluice-base")
     if not 1 <= args.repeat <= 20:
         ap.error("--repeat must be 1..20")
     return args
@@ -1409,6 +1553,12 @@ def skip_unavailable(load_list):
             for load in PG_LOADS:
                 if load in load_list:
                     skipped[load] = f"PostgreSQL is not installed here: {missing}"
+    if any(l in load_list for l in SYSBENCH_LOADS):
+        _, missing = import_mariadb_peers()
+        if missing:
+            for load in SYSBENCH_LOADS:
+                if load in load_list:
+                    skipped[load] = f"MariaDB or sysbench is not installed here: {missing}"
     if not dnsmasq_binary():
         for load in DNS_LOADS:
             if load in load_list:
@@ -1434,7 +1584,11 @@ def main():
         return 2
     binaries = {"sluice": args.sluice, "haproxy": args.haproxy, "nginx": args.nginx,
                 NGINX_HALF_CLOSE: args.nginx,
-                **{name: args.sluice for name in VARIANT_SYSTEMS}, "sluice-base": args.sluice_base}
+                **{name: args.sluice for name in VARIANT_SYSTEMS}, "sluice-base": args.sluice_base,
+                **{name: args.sluice_base for name in VARIANT_SYSTEMS if name.startswith("sluice-base")},
+                **{name: args.nginx if name.startswith("nginx") else args.haproxy for name in PEER_VARIANTS}}
+    if args.pin_loadgen:
+        LOADGEN_PREFIX[:] = ["taskset", "-c", args.pin_loadgen]
     profile = PROFILES[args.profile]
     asked = list(args.load_list)
     skipped = skip_unavailable(args.load_list)
@@ -1447,6 +1601,7 @@ def main():
     ctx = Context()
     ctx.procs, ctx.loadgen, ctx.profile, ctx.workdir = procs, args.loadgen, profile, workdir
     ctx.pg = None
+    ctx.mariadb = None
     ctx.dns = None
     try:
         ctx.backends = Backends(procs, args.loadgen, workdir, "tls" in args.load_list,
@@ -1459,6 +1614,17 @@ def main():
                 print(f"bench: pgbench loads: {msg}", file=sys.stderr)
                 for system in args.systems:
                     for load in PG_LOADS:
+                        if load in args.load_list:
+                            results[system][load] = msg
+        if any(l in args.load_list for l in SYSBENCH_LOADS):
+            try:
+                ctx.mariadb = MariaDbServer(import_mariadb_peers()[0], workdir, profile["sb_tables"],
+                                            profile["sb_rows"])
+            except (BenchError, subprocess.TimeoutExpired, OSError) as exc:
+                msg = str(exc).replace("\n", " ")
+                print(f"bench: sysbench load: {msg}", file=sys.stderr)
+                for system in args.systems:
+                    for load in SYSBENCH_LOADS:
                         if load in args.load_list:
                             results[system][load] = msg
         dns_loads = [l for l in DNS_LOADS if l in args.load_list]
@@ -1504,6 +1670,8 @@ def main():
     finally:
         if ctx.pg is not None:
             ctx.pg.stop()
+        if ctx.mariadb is not None:
+            ctx.mariadb.stop()
         procs.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -33,6 +33,9 @@ test_packages=(
   scdoc man-db   # man pages sluice(8) and sluice.toml(5), and reading them in tests
   systemd   # systemd-analyze verifies the unit; systemd-sysusers/-tmpfiles for the package
   dnsmasq-base   # a real DNS server in the discovery tests
+  redis-sentinel   # servers taken from Redis Sentinel, in the end-to-end tests
+  sysbench   # the benchmark's MariaDB load (oltp_read_only)
+  linux-perf   # where the CPU goes, in the benchmark's two-worker runs
 )
 
 packages=("${build_packages[@]}")

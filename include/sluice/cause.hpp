@@ -31,9 +31,10 @@ enum class Cause : unsigned char {
   client_limit,      // client_max_connections reached for this client address
   rate_limited,      // client_rate_limit exceeded for this client address
   server_no_tls,     // preread = "postgres": the server refused TLS (answered 'N')
+  queue_timeout,     // waited in the upstream's queue (every server full) for queue_timeout
 };
 
-inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::server_no_tls) + 1;
+inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::queue_timeout) + 1;
 
 constexpr std::string_view to_string(Cause c) {
   switch (c) {
@@ -61,6 +62,7 @@ constexpr std::string_view to_string(Cause c) {
     case Cause::client_limit: return "client_limit";
     case Cause::rate_limited: return "rate_limited";
     case Cause::server_no_tls: return "server_no_tls";
+    case Cause::queue_timeout: return "queue_timeout";
   }
   return "unknown";
 }

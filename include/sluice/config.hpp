@@ -192,6 +192,11 @@ struct UpstreamConfig {
   ProxyProtocol proxy_protocol = ProxyProtocol::none;
   Duration drain_timeout{0};         // removed servers' sessions end after this; 0 = let them finish
   bool drain_timeout_set = false;    // written on the upstream (else [global]'s value, copied)
+  // The wait queue behind max_conns (upstream/wait_queue.hpp): clients that
+  // find every eligible server full wait, up to `queue` of them, each for
+  // queue_timeout at most. 0 = off: such clients are refused at once.
+  std::uint32_t queue = 0;
+  Duration queue_timeout = std::chrono::seconds(10);
   std::optional<HealthConfig> health;
   std::vector<ServerConfig> servers;
   std::vector<DiscoveredEntry> discovered;  // servers from DNS, added to `servers` as answers come

@@ -287,6 +287,36 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
              load(*link.used));
   }
 
+  // Wait queues: only upstreams with `queue` > 0 have a series.
+  const auto queued = [&snap](auto f) {
+    for (const auto& [uname, up] : snap.upstreams) {
+      if (const WaitQueue* q = up->queue()) f(uname, *q);
+    }
+  };
+  w.family("sluice_upstream_queue_length", "gauge", "Clients waiting in the upstream's queue for a server slot.");
+  queued([&w](const std::string& u, const WaitQueue& q) {
+    w.sample("sluice_upstream_queue_length", {{"upstream", u}}, static_cast<double>(q.length()));
+  });
+  w.family("sluice_upstream_queued_total", "counter", "Clients that had to wait in the upstream's queue.");
+  queued([&w](const std::string& u, const WaitQueue& q) {
+    w.sample("sluice_upstream_queued_total", {{"upstream", u}}, static_cast<double>(q.queued_total()));
+  });
+  w.family("sluice_upstream_queue_timeouts_total", "counter",
+           "Clients that waited queue_timeout without a slot (cause queue_timeout).");
+  queued([&w](const std::string& u, const WaitQueue& q) {
+    w.sample("sluice_upstream_queue_timeouts_total", {{"upstream", u}}, static_cast<double>(q.timeouts()));
+  });
+  w.family("sluice_upstream_queue_refused_total", "counter",
+           "Clients that found every server and the queue full (refused, or sent to the fallback).");
+  queued([&w](const std::string& u, const WaitQueue& q) {
+    w.sample("sluice_upstream_queue_refused_total", {{"upstream", u}}, static_cast<double>(q.refused()));
+  });
+  w.family("sluice_upstream_queue_wait_seconds", "histogram",
+           "How long clients waited in the upstream's queue (served, timed out or gone).");
+  queued([&w](const std::string& u, const WaitQueue& q) {
+    histogram(w, "sluice_upstream_queue_wait_seconds", {{"upstream", u}}, q.wait_seconds());
+  });
+
   w.family("sluice_server_connect_seconds", "histogram", "Time to connect to the server (successful connects).");
   for (const auto& [uname, up] : snap.upstreams) {
     for (std::size_t i = 0; i < up->size(); ++i) {

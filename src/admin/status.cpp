@@ -163,6 +163,20 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
       entry["fallback"] = link->to->name();
       entry["fallback_sessions"] = link->used->load(std::memory_order_relaxed);
     }
+    if (const WaitQueue* q = up->queue()) {
+      const auto& h = q->wait_seconds();
+      entry["queue"] = {
+          {"length", q->length()},
+          {"max", uc.queue},
+          {"timeout_ms", uc.queue_timeout.count()},
+          {"oldest_wait_seconds", q->oldest_wait(now)},
+          {"queued", q->queued_total()},
+          {"timeouts", q->timeouts()},
+          {"refused", q->refused()},
+          {"waits", h.count()},
+          {"wait_seconds_sum", h.sum_seconds()},
+      };
+    }
     upstreams.push_back(std::move(entry));
   }
   doc["upstreams"] = std::move(upstreams);

@@ -394,7 +394,18 @@ std::string status_page(const nlohmann::json& s, std::int64_t now_ms) {
   const std::int64_t started = s["started_at_ms"].get<std::int64_t>();
   for (const auto& u : s["upstreams"]) {
     const std::string name = u["name"].get<std::string>();
-    h += "<h2>Upstream " + html_escape(name) + " <small>(" + text(u["balance"]) + ")</small></h2><div class=\"wrap\">";
+    h += "<h2>Upstream " + html_escape(name) + " <small>(" + text(u["balance"]) + ")</small></h2>";
+    if (const auto q = u.find("queue"); q != u.end()) {
+      const auto waits = (*q)["waits"].get<std::uint64_t>();
+      const double mean = waits > 0 ? (*q)["wait_seconds_sum"].get<double>() / static_cast<double>(waits) : 0.0;
+      char times[96];
+      std::snprintf(times, sizeof times, "longest wait now %.2f s; mean wait %.3f s",
+                    (*q)["oldest_wait_seconds"].get<double>(), mean);
+      h += "<div class=\"meta\" data-queue=\"" + html_escape(name) + "\">queue: " + text((*q)["length"]) +
+           " waiting of " + text((*q)["max"]) + " at most; " + times + "; " + text((*q)["queued"]) +
+           " queued, " + text((*q)["timeouts"]) + " timed out, " + text((*q)["refused"]) + " refused</div>";
+    }
+    h += "<div class=\"wrap\">";
     std::string table = table_head(kServerColumns);
     table.insert(6, " class=\"upstream\" data-upstream=\"" + html_escape(name) + "\"");
     h += table + "<tbody>\n";

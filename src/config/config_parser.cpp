@@ -132,7 +132,7 @@ const Home kListenerHome = {{"listen", "connect_timeout", "idle_timeout", "tries
                             "a listener key: set it in the [[listener]] that sends to this upstream "
                             "(each listener has its own)"};
 const Home kUpstreamHome = {{"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
-                             "fallback", "servers", "health"},
+                             "fallback", "queue", "queue_timeout", "servers", "health"},
                             "an upstream key: set it under [upstream.NAME]"};
 const Home kServerHome = {{"address", "weight", "max_conns", "backup"},
                           "a server key: set it on each server, like servers = [{ address = \"10.0.0.1:5432\", "
@@ -353,7 +353,8 @@ class Parser {
   UpstreamConfig parse_upstream(const toml::table& table, const std::string& context, const GlobalConfig& global) {
     TableReader r(table, context, path_);
     r.reject_unknown_keys({"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
-                           "fallback", "proxy_protocol", "drain_timeout", "servers", "sentinel", "health"});
+                           "fallback", "proxy_protocol", "drain_timeout", "queue", "queue_timeout", "servers",
+                           "sentinel", "health"});
     UpstreamConfig u;
     u.drain_timeout = global.drain_timeout;
     if (auto v = r.choice<Balance>("balance", {{"least_conn", Balance::least_conn},
@@ -393,6 +394,11 @@ class Parser {
       u.drain_timeout = *v;
       u.drain_timeout_set = true;
     }
+    if (auto v = r.integer("queue", 0, 1000000)) u.queue = static_cast<std::uint32_t>(*v);
+    if (r.has("queue_timeout") && u.queue == 0) {
+      r.fail_key("queue_timeout", "queue_timeout needs queue = N (N > 0): without a queue nobody waits");
+    }
+    if (auto v = r.duration("queue_timeout", false)) u.queue_timeout = *v;
 
     if (r.has("sentinel") && r.has("servers")) {
       r.fail_key("sentinel", "sentinel and servers are both set: an upstream takes its server from the sentinels or "
@@ -412,6 +418,7 @@ class Parser {
     if (u.sentinel) {
       parse_upstream_health(r, u, context);
       sentinel_health(r, u, context);
+      check_queue(r, u);
       return u;
     }
 
@@ -452,6 +459,7 @@ class Parser {
     }
 
     parse_upstream_health(r, u, context);
+    check_queue(r, u);
     return u;
   }
 
@@ -498,6 +506,21 @@ class Parser {
                                   "the master the sentinels name";
       if (role != nullptr) h.fail(*role, message);
       h.fail_table(message);
+    }
+  }
+
+  // Only servers with max_conns ever fill up: without one the queue would
+  // never hold anyone, which is a mistake worth saying.
+  void check_queue(const TableReader& r, const UpstreamConfig& u) {
+    if (u.queue > 0) {
+      const bool any_limit =
+          std::any_of(u.servers.begin(), u.servers.end(), [](const ServerConfig& s) { return s.max_conns > 0; }) ||
+          std::any_of(u.discovered.begin(), u.discovered.end(),
+                      [](const DiscoveredEntry& e) { return e.max_conns > 0; });
+      if (!any_limit) {
+        r.fail(*r.get("queue"), "queue needs max_conns on the servers: a queue holds clients only while every "
+                                "eligible server is at its max_conns");
+      }
     }
   }
 

@@ -808,6 +808,14 @@ void Control::on_tick(uv_timer_t* t) {
   auto* c = static_cast<Control*>(t->data);
   c->log_drops_.tick();
   if (c->admin_api_) c->admin_api_->tick(Clock::now());  // the status page's rates
+  // A wait queue is served when a slot frees; a server that comes back up
+  // (a check, the end of a passive down period, an admin enable) frees
+  // none, so its waiters are looked at here too, at most a second later.
+  if (c->snapshot_) {
+    for (const auto& [name, up] : c->snapshot_->upstreams) {
+      if (WaitQueue* q = up->queue()) q->serve(Clock::now());
+    }
+  }
 }
 
 void Control::begin_stop(bool now) {

@@ -140,13 +140,25 @@ void Worker::run() {
   if (stopped_ != nullptr) uv_async_send(stopped_);
 }
 
+void Worker::run_on_loop(std::function<void()> f) {
+  std::lock_guard lock(mu_);
+  if (mailbox_closed_) return;
+  calls_.push_back(std::move(f));
+  uv_async_send(&async_);
+}
+
 void Worker::on_async(uv_async_t* a) { static_cast<Worker*>(a->data)->drain_mailbox(); }
 
 void Worker::drain_mailbox() {
   std::deque<WorkerCommand> batch;
+  std::vector<std::function<void()>> calls;
   {
     std::lock_guard lock(mu_);
     batch.swap(mailbox_);
+    calls.swap(calls_);
+  }
+  if (!closed_) {
+    for (auto& f : calls) f();
   }
   for (WorkerCommand& c : batch) {
     if (closed_) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -92,6 +93,7 @@ class Worker final : public SessionHost {
   void link(Session& s) override;
   void unlink(Session& s) override;
   void retire(Session& s) override { retired_.push_back(&s); }
+  void run_on_loop(std::function<void()> f) override;
 
  private:
   struct Listener;
@@ -139,6 +141,7 @@ class Worker final : public SessionHost {
   std::vector<std::unique_ptr<Listener>> retired_listeners_;
   std::mutex mu_;
   std::deque<WorkerCommand> mailbox_;  // under mu_
+  std::vector<std::function<void()>> calls_;  // under mu_: run_on_loop's
   // Under mu_: set (on the worker's thread) before async_ closes; from then
   // on post() drops what it is given.
   bool mailbox_closed_ = false;

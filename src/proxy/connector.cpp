@@ -13,6 +13,7 @@
 #include "runtime/snapshot.hpp"
 #include "sluice/local_error.hpp"
 #include "upstream/upstream.hpp"
+#include "upstream/wait_queue.hpp"
 
 namespace sluice {
 
@@ -23,6 +24,21 @@ std::uint64_t ms(Duration d) { return static_cast<std::uint64_t>(d.count()); }
 RateLimitedWarning g_local_warning;
 
 }  // namespace
+
+// A session's place in a wait queue. The grant comes on whichever thread
+// freed the slot and is passed to the session's worker; `owner` is read
+// and cleared only there, so a session that ended meanwhile is never
+// reached.
+struct Connector::Ticket final : QueueTicket {
+  SessionHost* host = nullptr;
+  Connector* owner = nullptr;
+
+  void granted(const std::shared_ptr<QueueTicket>& self) override {
+    host->run_on_loop([t = std::static_pointer_cast<Ticket>(self)] {
+      if (t->owner != nullptr) t->owner->on_granted();
+    });
+  }
+};
 
 ServerState* Connector::server() const {
   return index_ >= 0 ? &upstream_->server(static_cast<std::size_t>(index_)) : nullptr;
@@ -36,6 +52,12 @@ void Connector::start(Upstream* upstream) {
 }
 
 void Connector::release() {
+  if (waiting_in_ != nullptr) {
+    const long idx = leave_queue(false);
+    // Granted just now, the news still on its way: the slot goes back (to
+    // the next waiter, if any).
+    if (idx >= 0) upstream_->release(static_cast<std::size_t>(idx));
+  }
   if (holding_) {
     upstream_->release(static_cast<std::size_t>(index_));
     holding_ = false;
@@ -61,10 +83,20 @@ void Connector::attempt() {
     return;
   }
   const long idx = pick_along_fallbacks(Clock::now());
+  if (idx == kQueued) {
+    deadline_ms_ = now + ms(upstream_->config().queue_timeout);
+    session_.arm_timer();
+    return;
+  }
   if (idx < 0) {
     session_.finish(attempts_ == 0 ? Cause::no_server : Cause::connect_failed);
     return;
   }
+  connect_to(idx, now);
+}
+
+void Connector::connect_to(long idx, std::uint64_t now) {
+  const ListenerConfig& lc = session_.listener_config();
   tried_.add(static_cast<std::size_t>(idx));
   index_ = idx;
   holding_ = true;
@@ -80,11 +112,9 @@ void Connector::attempt() {
   }
   Leg& leg = session_.open_server(fd);
   set_nodelay(fd);
-  // The server leg's keepalive, set as the socket is made so that a server
-  // host that vanishes is found after tcp_keepalive_idle whatever the
-  // session's age. (A new socket has SO_KEEPALIVE off: nothing to do when
-  // the listener turns it off.)
-  if (lc.tcp_keepalive) set_keepalive(fd, lc);
+  // The server leg's keepalive is not set here but by the session once it
+  // has lasted half of tcp_keepalive_idle (see Session::arm_timer): most
+  // sessions end sooner and never needed it.
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&ep.addr), ep.addr_len) != 0 && errno != EINPROGRESS) {
     const int err = -errno;
     failed(classify(err), err);
@@ -112,8 +142,12 @@ long Connector::pick_along_fallbacks(TimePoint now) {
   // a retry is rare, and 32 bytes per session are not.
   for (;;) {
     const FallbackLink* next = snap.fallback_of(upstream_);
-    const long idx = upstream_->pick(tried_, session_.hash_key(*upstream_), now, next == nullptr);
-    if (idx >= 0) return idx;
+    // Full servers and a queue: wait for this upstream rather than pass
+    // on to the fallback, which is for servers that are down, not busy.
+    const long idx = upstream_->queue() != nullptr
+                         ? enter_queue(*upstream_->queue(), now, next == nullptr)
+                         : upstream_->pick(tried_, session_.hash_key(*upstream_), now, next == nullptr);
+    if (idx >= 0 || idx == kQueued) return idx;
     if (next == nullptr) break;
     next->used->fetch_add(1, std::memory_order_relaxed);
     upstream_ = next->to;
@@ -138,8 +172,50 @@ long Connector::pick_along_fallbacks(TimePoint now) {
   return -1;
 }
 
+long Connector::enter_queue(WaitQueue& q, TimePoint now, bool panic) {
+  if (!ticket_) {
+    ticket_ = std::make_shared<Ticket>();
+    ticket_->host = &session_.host_;
+  }
+  ticket_->owner = this;
+  ticket_->upstream = upstream_;
+  ticket_->tried = &tried_;
+  ticket_->key = session_.hash_key(*upstream_);
+  ticket_->panic = panic;
+  long idx = -1;
+  switch (q.enter(ticket_, now, idx)) {
+    case WaitQueue::Outcome::picked: return idx;
+    case WaitQueue::Outcome::waiting: waiting_in_ = &q; return kQueued;
+    case WaitQueue::Outcome::full:
+    case WaitQueue::Outcome::none: break;
+  }
+  return -1;
+}
+
+long Connector::leave_queue(bool timed_out) {
+  const long idx = waiting_in_->leave(*ticket_, Clock::now(), timed_out);
+  waiting_in_ = nullptr;
+  ticket_->owner = nullptr;
+  ticket_.reset();
+  return idx;
+}
+
+void Connector::on_granted() {
+  if (waiting_in_ == nullptr) return;
+  const long idx = leave_queue(false);
+  deadline_ms_ = 0;
+  if (idx < 0) {
+    session_.finish(Cause::internal_error);  // a grant always names a server
+    return;
+  }
+  const std::uint64_t now = uv_now(session_.loop());
+  // next_upstream_timeout bounds the retries, not the wait before the first connect.
+  if (attempts_ == 0) first_attempt_ms_ = now;
+  connect_to(idx, now);
+}
+
 void Connector::on_io(std::uint32_t events) {
-  if (deadline_ms_ == 0) return;  // no attempt in flight
+  if (deadline_ms_ == 0 || waiting_in_ != nullptr) return;  // no attempt in flight
   if ((events & (EPOLLERR | EPOLLHUP)) != 0) {
     int err = 0;
     socklen_t len = sizeof err;
@@ -163,6 +239,19 @@ void Connector::connected() {
 
 void Connector::on_timeout() {
   if (deadline_ms_ == 0) return;
+  if (waiting_in_ != nullptr) {
+    deadline_ms_ = 0;
+    const long idx = leave_queue(true);
+    if (idx < 0) {
+      session_.finish(Cause::queue_timeout);
+      return;
+    }
+    // A server was picked for it as the deadline passed: take it.
+    const std::uint64_t now = uv_now(session_.loop());
+    if (attempts_ == 0) first_attempt_ms_ = now;
+    connect_to(idx, now);
+    return;
+  }
   failed(ConnectResult::timed_out, 0);
 }
 

@@ -6,6 +6,12 @@
 // (and that one's, to the end of the chain); only when none of the chain has
 // one does fail_open apply, in chain order.
 //
+// An upstream with a `queue` makes a client that finds every eligible
+// server full wait (its bytes stay in the kernel; nothing is read) until the
+// upstream's WaitQueue hands it a server, or queue_timeout passes (cause
+// queue_timeout). A full queue refuses as a full upstream without one does.
+// Without a queue none of this costs anything: no allocation, no atomic.
+//
 // Errors are classified by origin: a refused or timed-out connect is the
 // server's (it counts against its passive health); running out of our own
 // fds or ports is ours (local_resource: the server is not blamed and the
@@ -13,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "proxy/reactor.hpp"
@@ -24,6 +31,7 @@ namespace sluice {
 
 class Session;
 class Upstream;
+class WaitQueue;
 
 // The server's socket is made non-blocking by socket(2) itself, connected,
 // and only then added to the worker's Reactor (edge-triggered, for reading
@@ -38,14 +46,16 @@ class Connector final : public Deferred {
   void start(Upstream* upstream);
   // The server socket's events while connecting.
   void on_io(std::uint32_t events);
-  // The current attempt's deadline passed.
+  // The current attempt's deadline (or the queue's) passed.
   void on_timeout();
   // The next attempt, after a failed one (deferred, so that it never opens
   // a socket inside the events of the one just closed).
   void run_deferred() override { attempt(); }
-  // When the current attempt times out (loop ms); 0 when none is in flight.
+  // When the current attempt (or the wait in a queue) times out (loop ms);
+  // 0 when none is in flight.
   std::uint64_t deadline_ms() const { return deadline_ms_; }
-  // The session no longer counts on this server (it ended, or moved on).
+  // The session no longer counts on this server (it ended, or moved on),
+  // nor waits in a queue.
   void release();
 
   // The upstream in use: the one routed to, or a fallback it led to.
@@ -61,9 +71,21 @@ class Connector final : public Deferred {
   unsigned attempts() const { return attempts_; }
 
  private:
+  struct Ticket;
+  static constexpr long kQueued = -2;
+
   void attempt();
-  // Picks a server for the next attempt, following fallbacks; -1 if none.
+  // Connects to member `idx` of upstream_ (picked for this session).
+  void connect_to(long idx, std::uint64_t now);
+  // Picks a server for the next attempt, following fallbacks; -1 if none,
+  // kQueued when the session now waits in upstream_'s queue.
   long pick_along_fallbacks(TimePoint now);
+  // A pick through `q`: the index, kQueued, or -1 (nothing to wait for, or the queue is full).
+  long enter_queue(WaitQueue& q, TimePoint now, bool panic);
+  // The queue picked server `idx` for this session (on the worker's thread).
+  void on_granted();
+  // Leaves the queue; the server it had picked meanwhile, or -1.
+  long leave_queue(bool timed_out);
   void connected();
   void failed(ConnectResult result, int err);
 
@@ -74,6 +96,8 @@ class Connector final : public Deferred {
   bool holding_ = false;  // counted in the server's `active`
   unsigned attempts_ = 0;
   TriedSet tried_;
+  WaitQueue* waiting_in_ = nullptr;  // the queue this session waits in; null when not waiting
+  std::shared_ptr<Ticket> ticket_;   // its place there (made only for a queue)
   std::uint64_t first_attempt_ms_ = 0;
   std::uint64_t deadline_ms_ = 0;
   std::uint64_t attempt_start_ns_ = 0;

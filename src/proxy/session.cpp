@@ -19,6 +19,7 @@
 #include "proxy/buffer_pool.hpp"
 #include "proxy/postgres_stage.hpp"
 #include "proxy/proxy_header_stage.hpp"
+#include "proxy/socket_options.hpp"
 #include "proxy/splice.hpp"
 #include "proxy/tls_stage.hpp"
 #include "runtime/snapshot.hpp"
@@ -633,6 +634,7 @@ void Session::arm_timer() {
       if (splice_wanted_ && splice_ready()) consider(uv_now(host_.loop()));
       consider(interim_at_ms_);
       if (lc.max_lifetime.count() > 0) consider(start_ms_ + ms(lc.max_lifetime));
+      if (lc.tcp_keepalive && !server_keepalive_) consider(server_keepalive_at());
       if (recheck_ms_ != 0) {
         // An inactivity timeout is due but the kernel still held our bytes:
         // the recheck replaces it until then.
@@ -655,6 +657,18 @@ void Session::arm_timer() {
   // before their first deadline, so they arm the timer once and never move it.
   if (timer_.queued() && timer_.due <= deadline) return;
   host_.timers().arm(timer_, deadline);
+}
+
+// The server leg's TCP keepalive is set when the session has lasted half of
+// tcp_keepalive_idle rather than at the connect: four setsockopt calls
+// (SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT) that a short
+// session never needs, since no probe can be due before the idle time. Late
+// costs nothing in detection: TCP_KEEPIDLE set after SO_KEEPALIVE re-arms the
+// kernel's timer counting from the last packet received, not from the call,
+// so the first probe goes when it would have gone had it been set at the
+// connect (the timer fires with half the idle time still to go).
+std::uint64_t Session::server_keepalive_at() const {
+  return connected_ms_ + ms(lv_.config->tcp_keepalive_idle) / 2;
 }
 
 void Session::fire_timer(void* owner) { static_cast<Session*>(owner)->on_timer(); }
@@ -696,6 +710,11 @@ void Session::on_timer() {
       if (lc.max_lifetime.count() > 0 && now >= start_ms_ + ms(lc.max_lifetime)) {
         finish(Cause::max_lifetime);
         return;
+      }
+      if (lc.tcp_keepalive && !server_keepalive_ && now >= server_keepalive_at()) {
+        // Set late, counted from the last packet received: see server_keepalive_at().
+        server_keepalive_ = true;
+        if (server_.fd >= 0) set_keepalive(server_.fd, lc);
       }
       if (recheck_ms_ != 0) {
         if (now < recheck_ms_) break;  // woke early for another deadline

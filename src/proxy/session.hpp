@@ -120,6 +120,7 @@ class Session {
   void finish(Cause cause);
   void arm_timer();
   void on_timer();
+  std::uint64_t server_keepalive_at() const;  // loop time to set the server leg's keepalive
   void write_access_record(bool interim = false);
   void count_bytes();
   enum class Drain { moving, stalled, unknown };
@@ -161,6 +162,7 @@ class Session {
   bool cut_on_fin_ = false;        // half_close = false: the first FIN ends the session
   bool splice_wanted_ = false;     // switch to splice(2) once both sockets are quiet
   bool spliced_ = false;           // the splicer has the sockets
+  bool server_keepalive_ = false;  // the server leg's TCP keepalive is set (see arm_timer)
 
   Pump c2s_;
   Pump s2c_;

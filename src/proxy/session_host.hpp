@@ -4,6 +4,8 @@
 // includes net/.
 #pragma once
 
+#include <functional>
+
 #include <uv.h>
 
 namespace sluice {
@@ -28,6 +30,10 @@ class SessionHost {
   // current round of events and libuv callbacks is over, so that nothing
   // still on the stack, and no event of this round, can reach freed memory.
   virtual void retire(Session& s) = 0;
+  // Runs `f` on the host's thread soon. Callable from any thread: a wait
+  // queue's slot is handed over by whichever thread freed it. Dropped once
+  // the host has stopped (no session is left to hear it).
+  virtual void run_on_loop(std::function<void()> f) = 0;
 
  protected:
   ~SessionHost() = default;

@@ -104,6 +104,18 @@ std::shared_ptr<std::atomic<std::uint64_t>> Registry::fallback_counter(const std
   return slot;
 }
 
+std::shared_ptr<WaitQueue> Registry::queue(const std::string& name) {
+  std::lock_guard lock(mu_);
+  std::shared_ptr<WaitQueue>& slot = queues_[name];
+  if (!slot) slot = std::make_shared<WaitQueue>();
+  return slot;
+}
+
+std::map<std::string, std::shared_ptr<WaitQueue>> Registry::queues() const {
+  std::lock_guard lock(mu_);
+  return queues_;
+}
+
 std::shared_ptr<AccessLog> Registry::access_log(const GlobalConfig& global) {
   std::lock_guard lock(mu_);
   const std::string key = global.access_log + '\n' + global.access_log_format;

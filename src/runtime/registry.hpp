@@ -27,6 +27,7 @@
 #include "sluice/config.hpp"
 #include "sluice/histogram.hpp"
 #include "upstream/server_state.hpp"
+#include "upstream/wait_queue.hpp"
 
 namespace sluice {
 
@@ -109,6 +110,13 @@ class Registry {
   // reloads while the pair stays).
   std::shared_ptr<std::atomic<std::uint64_t>> fallback_counter(const std::string& from, const std::string& to);
 
+  // The wait queue of upstream `name` (`queue` > 0): one per name for the
+  // process, kept across reloads, so that a reload neither reorders nor
+  // forgets its waiters and its counters go on.
+  std::shared_ptr<WaitQueue> queue(const std::string& name);
+  // The queues of upstreams that have one now or had one (for /status and /metrics).
+  std::map<std::string, std::shared_ptr<WaitQueue>> queues() const;
+
   ProcessCounters& counters() { return counters_; }
   const ProcessCounters& counters() const { return counters_; }
 
@@ -128,6 +136,7 @@ class Registry {
   std::map<std::pair<std::string, std::string>, std::weak_ptr<ServerState>> by_text_;
   std::map<std::string, std::shared_ptr<ListenerStats>> listeners_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<std::atomic<std::uint64_t>>> fallbacks_;
+  std::map<std::string, std::shared_ptr<WaitQueue>> queues_;
   ProcessCounters counters_;
   std::shared_ptr<AccessLog> access_log_;
   std::string access_log_key_;

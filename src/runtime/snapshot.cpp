@@ -27,7 +27,9 @@ std::shared_ptr<const Snapshot> Snapshot::build(std::shared_ptr<const Config> cf
       kept.push_back(states.back().get());
     }
     const std::uint64_t seed = (std::uint64_t{rd()} << 32) ^ rd();
-    snap->upstreams.emplace(name, std::make_unique<Upstream>(up, std::move(states), seed));
+    auto pool = std::make_unique<Upstream>(up, std::move(states), seed);
+    if (up.queue > 0) pool->set_queue(registry.queue(name));
+    snap->upstreams.emplace(name, std::move(pool));
   }
   link_fallbacks(*snap);
   for (const ListenerConfig& l : config.listeners) {

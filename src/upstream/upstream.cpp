@@ -204,7 +204,7 @@ std::size_t Upstream::lone_server(const TriedSet& tried) const {
   return found;
 }
 
-long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now, bool panic) {
+long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now, bool panic, bool* full) {
   std::lock_guard lock(mu_);
   catch_up(now);
   std::size_t chosen = kNoCandidate;
@@ -230,7 +230,15 @@ long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now, 
     chosen = lone_server(tried);
     lone = chosen != kNoCandidate;
   }
-  if (chosen == kNoCandidate) return -1;
+  if (chosen == kNoCandidate) {
+    if (full != nullptr) {
+      *full = false;
+      for (std::size_t i = 0; i < views_.size() && !*full; ++i) {
+        *full = views_[i].up && !has_room(views_[i]) && !tried.contains(i);
+      }
+    }
+    return -1;
+  }
   ServerState& s = *members_[chosen].state;
   s.on_selected(now, lone);  // a trial that starts here comes back as a notice
   raise_peak(s.peak_active, s.active.fetch_add(1, std::memory_order_relaxed) + 1);
@@ -248,6 +256,7 @@ void Upstream::release(std::size_t index) {
     publish(index);
   }
   s.notify(this);
+  if (queue_) queue_->serve(Clock::now());
 }
 
 }  // namespace sluice

@@ -27,6 +27,7 @@
 #include "sluice/time.hpp"
 #include "upstream/server_state.hpp"
 #include "upstream/tried_set.hpp"
+#include "upstream/wait_queue.hpp"
 
 namespace sluice {
 
@@ -59,11 +60,19 @@ class Upstream final : public ServerWatcher {
   // key (ignored by other algorithms). `now` never goes back between calls
   // (Clock is steady). `panic` false: no fail_open now (a fallback upstream
   // is asked first). Thread-safe.
-  long pick(const TriedSet& tried, std::string_view key, TimePoint now, bool panic = true);
+  // `full`, when given, is set on failure: true when some server not in
+  // `tried` is up but at its max_conns (a slot may free: worth waiting for).
+  long pick(const TriedSet& tried, std::string_view key, TimePoint now, bool panic = true, bool* full = nullptr);
 
   // Undo of pick's accounting when the session leaves that server (under the
-  // pick lock, so the next pick sees it). Thread-safe.
+  // pick lock, so the next pick sees it); with a queue, the slot goes to its
+  // oldest waiter. Thread-safe.
   void release(std::size_t index);
+
+  // The wait queue (`queue` > 0), shared with the other configurations'
+  // pools of the same name; null without one. Set once, before any pick.
+  void set_queue(std::shared_ptr<WaitQueue> queue) { queue_ = std::move(queue); }
+  WaitQueue* queue() const { return queue_.get(); }
 
   // The weight the balancer uses now: the admin override or the file's,
   // ramped by slow start (in hundredths, so that a ramp of weight 1 is
@@ -125,6 +134,7 @@ class Upstream final : public ServerWatcher {
 
   UpstreamConfig config_;
   std::vector<Member> members_;
+  std::shared_ptr<WaitQueue> queue_;
   Duration slow_start_{0};
   bool hashing_ = false;
   std::mutex mu_;  // the pick lock; everything below it is under it

@@ -685,3 +685,13 @@ def raise_nofile(limit: int) -> int:
     """Raises this process's open-file soft limit; returns the new soft limit."""
     _raise_nofile(limit)
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def ss_timer_seconds(text: str) -> float:
+    """The time left on a timer as `ss -o` prints it: "2min", "9min59sec",
+    "5.884ms" (seconds and milliseconds), "204ms"."""
+    m = re.fullmatch(r"(?:(\d+)min)?(?:(\d+)sec)?(?:(?:(\d+)\.)?(\d+)ms)?", text)
+    if not m or not text:
+        raise ValueError(f"not an ss timer: {text!r}")
+    mins, secs, secs_ms, msecs = m.groups()
+    return int(mins or 0) * 60 + int(secs or 0) + int(secs_ms or 0) + int(msecs or 0) / 1000

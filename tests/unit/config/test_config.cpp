@@ -30,7 +30,7 @@ const std::string kListenerKeys =
     "half_close";
 const std::string kUpstreamKeys =
     "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, all_down, fallback, proxy_protocol, "
-    "drain_timeout, servers, sentinel, health";
+    "drain_timeout, queue, queue_timeout, servers, sentinel, health";
 const std::string kLike = "must be a duration like \"250ms\", \"3s\", \"5m\", \"1h\", got ";
 
 }  // namespace

@@ -99,3 +99,24 @@ TEST_CASE("SNI hashing is checked on the upstreams a listener falls back to") {
         "without preread = \"tls\" or \"postgres\": every key would be empty and all connections would go to one "
         "server; use \"sni_or_client_ip\" or \"client_ip\"");
 }
+
+TEST_CASE("queue: a bounded wait behind max_conns, checked at its keys") {
+  const std::string head = kHead + "[upstream.a]\n";
+  const std::string limited = "servers = [{ address = \"10.0.0.1:5432\", max_conns = 2 }]\n";
+  const sluice::Config c = sluice::parse_config(head + "queue = 3\nqueue_timeout = \"250ms\"\n" + limited, "x.toml");
+  CHECK(c.upstreams.at("a").queue == 3);
+  CHECK(c.upstreams.at("a").queue_timeout == std::chrono::milliseconds(250));
+  const sluice::Config d = sluice::parse_config(head + limited, "x.toml");
+  CHECK(d.upstreams.at("a").queue == 0);
+  CHECK(d.upstreams.at("a").queue_timeout == std::chrono::seconds(10));
+  check_cases({
+      {head + "queue = -1\n" + limited, "x.toml:6:9: upstream \"a\": queue must be 0..1000000, got -1"},
+      {head + "queue = 2\nservers = [{ address = \"10.0.0.1:5432\" }]\n",
+       "x.toml:6:9: upstream \"a\": queue needs max_conns on the servers: a queue holds clients only while every "
+       "eligible server is at its max_conns"},
+      {head + "queue_timeout = \"1s\"\n" + limited,
+       "x.toml:6:1: upstream \"a\": queue_timeout needs queue = N (N > 0): without a queue nobody waits"},
+      {head + "queue = 2\nqueue_timeout = \"0s\"\n" + limited,
+       "x.toml:7:17: upstream \"a\": queue_timeout must be greater than 0, got \"0s\""},
+  });
+}
