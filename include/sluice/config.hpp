@@ -98,6 +98,14 @@ struct DiscoveredEntry {
   bool backup = false;
 };
 
+// `sentinel = { ... }` on an upstream: its one server is the master that
+// Redis Sentinel names (src/discovery/sentinel.*), instead of `servers`.
+struct SentinelConfig {
+  std::vector<Endpoint> addresses;  // asked in this order, the first that answers wins
+  std::string master;               // the name the sentinels monitor ("mymaster")
+  std::string password_file;        // the sentinels' AUTH; empty = none (read at each connection)
+};
+
 // [resolver]: how discovered names are looked up.
 struct ResolverConfig {
   // "ip:port" each (port 53 when not written); empty = /etc/resolv.conf's.
@@ -192,6 +200,7 @@ struct UpstreamConfig {
   std::optional<HealthConfig> health;
   std::vector<ServerConfig> servers;
   std::vector<DiscoveredEntry> discovered;  // servers from DNS, added to `servers` as answers come
+  std::optional<SentinelConfig> sentinel;   // the server is the master Redis Sentinel names (then no `servers`)
 };
 
 enum class Preread { none, tls, postgres };

@@ -354,7 +354,7 @@ class Parser {
     TableReader r(table, context, path_);
     r.reject_unknown_keys({"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
                            "fallback", "proxy_protocol", "drain_timeout", "queue", "queue_timeout", "servers",
-                           "health"});
+                           "sentinel", "health"});
     UpstreamConfig u;
     u.drain_timeout = global.drain_timeout;
     if (auto v = r.choice<Balance>("balance", {{"least_conn", Balance::least_conn},
@@ -400,6 +400,28 @@ class Parser {
     }
     if (auto v = r.duration("queue_timeout", false)) u.queue_timeout = *v;
 
+    if (r.has("sentinel") && r.has("servers")) {
+      r.fail_key("sentinel", "sentinel and servers are both set: an upstream takes its server from the sentinels or "
+                             "from servers, not both");
+    }
+    if (!r.has("sentinel") && !r.has("servers")) {
+      r.fail_table("needs servers = [{ address = \"host:port\" }, ...] or sentinel = { addresses = [...], master = "
+                   "\"...\" }");
+    }
+    if (const toml::node* sentinel = r.get("sentinel")) {
+      const auto* sentinel_table = sentinel->as_table();
+      if (sentinel_table == nullptr) {
+        r.fail_type("sentinel", *sentinel, "a table like { addresses = [\"10.0.0.1:26379\"], master = \"mymaster\" }");
+      }
+      u.sentinel = config_detail::parse_sentinel(*sentinel_table, context, path_);
+    }
+    if (u.sentinel) {
+      parse_upstream_health(r, u, context);
+      sentinel_health(r, u, context);
+      check_queue(r, u);
+      return u;
+    }
+
     const toml::node& servers_node = r.require("servers");
     const toml::array* servers = r.array("servers", "an array of tables like [{ address = \"10.0.0.1:5432\" }]");
     if (servers->empty()) r.fail(servers_node, "servers must not be empty");
@@ -436,6 +458,12 @@ class Parser {
       u.servers.push_back(std::move(server));
     }
 
+    parse_upstream_health(r, u, context);
+    check_queue(r, u);
+    return u;
+  }
+
+  void parse_upstream_health(const TableReader& r, UpstreamConfig& u, const std::string& context) {
     if (const toml::node* health = r.get("health")) {
       const auto* health_table = health->as_table();
       if (health_table == nullptr) r.fail_type("health", *health, "a table ([upstream.NAME.health])");
@@ -451,9 +479,40 @@ class Parser {
         u.all_down = *v;
       }
     }
+  }
+
+  // A sentinel names the master, but sluice sends no one there before its
+  // own check has seen the role: a sentinel can be wrong or late, and the
+  // old master may still answer as one. No [health] table means a redis
+  // check with role = "primary" and the documented defaults; one written
+  // must be that check.
+  void sentinel_health(const TableReader& r, UpstreamConfig& u, const std::string& context) {
+    if (!u.health) {
+      toml::table defaults{{"type", "redis"}, {"role", "primary"}};
+      u.health = config_detail::parse_health(defaults, context + " health", path_);
+      u.health->send_proxy = u.proxy_protocol;
+      return;
+    }
+    const TableReader h(*r.get("health")->as_table(), context + " health", path_);
+    if (u.health->type != HealthType::redis) {
+      const std::string message = "an upstream with sentinel needs type = \"redis\" with role = \"primary\" (sluice "
+                                  "confirms the master the sentinels name), or no [health] table for that check";
+      if (const toml::node* type = h.get("type")) h.fail(*type, message);
+      h.fail_table(message);
+    }
+    if (u.health->redis_role != RedisRole::master) {
+      const toml::node* role = h.get("role");
+      const std::string message = "an upstream with sentinel needs role = \"primary\" (or \"master\"): its server is "
+                                  "the master the sentinels name";
+      if (role != nullptr) h.fail(*role, message);
+      h.fail_table(message);
+    }
+  }
+
+  // Only servers with max_conns ever fill up: without one the queue would
+  // never hold anyone, which is a mistake worth saying.
+  void check_queue(const TableReader& r, const UpstreamConfig& u) {
     if (u.queue > 0) {
-      // Only servers with max_conns ever fill up: without one the queue
-      // would never hold anyone, which is a mistake worth saying.
       const bool any_limit =
           std::any_of(u.servers.begin(), u.servers.end(), [](const ServerConfig& s) { return s.max_conns > 0; }) ||
           std::any_of(u.discovered.begin(), u.discovered.end(),
@@ -463,7 +522,6 @@ class Parser {
                                 "eligible server is at its max_conns");
       }
     }
-    return u;
   }
 
   // Two entries of one upstream must not ask for the same name (they would

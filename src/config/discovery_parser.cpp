@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "config/quote.hpp"
 #include "config/table_reader.hpp"
 #include "config/values.hpp"
+#include "sluice/address.hpp"
 #include "sluice/host.hpp"
 
 namespace sluice::config_detail {
@@ -94,6 +96,40 @@ DiscoveredEntry parse_discovered_entry(const toml::table& table, const std::stri
     e.backup = *v;
   }
   return e;
+}
+
+SentinelConfig parse_sentinel(const toml::table& table, const std::string& context, const std::string& path) {
+  TableReader r(table, context + " sentinel", path);
+  r.reject_unknown_keys({"addresses", "master", "password_file"});
+  SentinelConfig c;
+  const toml::node& addresses_node = r.require("addresses");
+  const toml::array* list = r.array("addresses", "an array of sentinel addresses like [\"10.0.0.1:26379\"]");
+  if (list->empty()) r.fail(addresses_node, "addresses must list at least one sentinel, like [\"10.0.0.1:26379\"]");
+  for (const toml::node& node : *list) {
+    const auto* s = node.as_string();
+    if (s == nullptr) r.fail(node, "addresses entries must be strings like \"10.0.0.1:26379\", got " + describe(node));
+    std::string error;
+    std::optional<Endpoint> ep = parse_address(s->get(), false, error);
+    if (!ep) r.fail(node, "addresses entry " + error);
+    for (const Endpoint& other : c.addresses) {
+      if (other.port == ep->port && same_ip(other.addr, ep->addr)) {
+        r.fail(node, "addresses lists sentinel " + quote(s->get()) + " twice (as " + quote(other.text) + ")");
+      }
+    }
+    c.addresses.push_back(std::move(*ep));
+  }
+  const toml::node& master_node = r.require("master");
+  c.master = *r.string("master");
+  // The name goes into a command line and is matched in +switch-master
+  // messages, whose fields are separated by spaces.
+  const bool printable = std::all_of(c.master.begin(), c.master.end(),
+                                     [](char ch) { return ch > ' ' && ch < 0x7f; });
+  if (c.master.empty() || c.master.size() > 200 || !printable) {
+    r.fail(master_node, "master must be the name the sentinels monitor (like \"mymaster\"; printable, no spaces), "
+                        "got " + quote(c.master));
+  }
+  if (auto v = r.readable_file("password_file")) c.password_file = *v;
+  return c;
 }
 
 std::optional<Endpoint> parse_nameserver(std::string_view text, std::string& error) {

@@ -20,6 +20,10 @@ bool is_discovered_entry(const toml::table& table);
 DiscoveredEntry parse_discovered_entry(const toml::table& table, const std::string& context, const std::string& path,
                                        bool hashing);
 
+// An upstream's `sentinel = { addresses = [...], master = "...",
+// password_file = "..." }`. Throws ConfigError.
+SentinelConfig parse_sentinel(const toml::table& table, const std::string& context, const std::string& path);
+
 // [resolver]. Throws ConfigError.
 ResolverConfig parse_resolver(const toml::table& table, const std::string& path);
 

@@ -172,6 +172,7 @@ bool Control::start() {
         }
       });
   start_discovery(config);
+  start_sentinels(config);
   uv_async_init(loop_, &stopped_async_, on_stopped_async);
   stopped_async_.data = this;
   for (unsigned w = 0; w < nworkers_; ++w) workers_.push_back(std::make_unique<Worker>(w, &stopped_async_));
@@ -195,6 +196,7 @@ bool Control::start() {
     close_signal_fd();
     if (admin_http_) admin_http_->close([] {});
     if (discovery_) discovery_->stop([] {});
+    if (sentinels_) sentinels_->stop();
     spdlog::critical("{}", r.message);
     for (auto& w : workers_) w->post(WorkerCommand::of(WorkerCommand::Kind::stop));
     for (auto& w : workers_) w->start();
@@ -320,7 +322,10 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   }
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
-  if (before) drain_removed(*before, *snapshot_);
+  if (before) {
+    drain_removed(*before, *snapshot_);
+    close_replaced_masters(*before);
+  }
   configure_discovery(config);
 
   loaded_at_ms_ = wall_ms();
@@ -458,13 +463,28 @@ void Control::start_discovery(const Config& config) {
   discovery_->wait_settled(limit);
 }
 
+// Sentinel upstreams: the first Snapshot should have their masters, so the
+// sentinels are asked first (in order, each within its timeout), as DNS names
+// are.
+void Control::start_sentinels(const Config& config) {
+  sentinels_ = std::make_unique<discovery::Sentinels>(loop_, [this] { apply_discovered(); });
+  sentinels_->configure(config);
+  if (!sentinels_->active()) return;
+  const Duration limit = discovery::Sentinels::settle_limit(config);
+  spdlog::info("sentinel: asking for the masters (waiting at most {})", format_duration(limit));
+  sentinels_->wait_settled(limit);
+}
+
 std::shared_ptr<const Config> Control::with_discovered(const std::shared_ptr<const Config>& config) const {
-  return discovery_ ? discovery_->expand(config) : config;
+  std::shared_ptr<const Config> out = discovery_ ? discovery_->expand(config) : config;
+  return sentinels_ ? sentinels_->expand(out) : out;
 }
 
 void Control::configure_discovery(const std::shared_ptr<const Config>& config) {
   file_config_ = config;
-  if (!discovery_ || stopping_) return;
+  if (stopping_) return;
+  if (sentinels_) sentinels_->configure(*config);
+  if (!discovery_) return;
   try {
     discovery_->configure(*config);
   } catch (const std::exception& e) {
@@ -496,6 +516,25 @@ void Control::apply_discovered() {
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
   drain_removed(*before, *snapshot_);
+  close_replaced_masters(*before);
+}
+
+// A master the sentinels replaced: its sessions end now (cause server_down,
+// as on a role change), after the workers have the Snapshot with the new
+// master, since writes there would fail or land on a demoted node.
+void Control::close_replaced_masters(const Snapshot& before) {
+  if (!sentinels_) return;
+  for (const auto& [upstream, address] : sentinels_->take_replaced()) {
+    const Upstream* up = before.find_upstream(upstream);
+    if (up == nullptr) continue;
+    for (std::size_t i = 0; i < up->size(); ++i) {
+      const auto& state = up->member(i).state;
+      if (format_sockaddr(reinterpret_cast<const sockaddr*>(&state->address.addr)) != address) continue;
+      spdlog::info("upstream \"{}\" server {} is no longer the master: closing its {} session(s)", upstream,
+                   state->address.text, state->active.load(std::memory_order_relaxed));
+      close_sessions(state, Cause::server_down);
+    }
+  }
 }
 
 void Control::on_signal_fd(uv_poll_t* h, int status, int) {
@@ -717,6 +756,7 @@ admin::ProcessInfo Control::process_info() const {
                                              : "";
   p.ready_since_ms = ready_since_ms_ != 0 ? ready_since_ms_ : started_at_ms_;
   if (discovery_) p.dns = discovery_->status();
+  if (sentinels_) sentinels_->add_status(p.dns);
   return p;
 }
 
@@ -862,6 +902,7 @@ void Control::on_workers_stopped() {
   uv_close(as_handle(&tick_), nullptr);
   if (health_) health_->stop([] {});
   if (discovery_) discovery_->stop([] {});
+  if (sentinels_) sentinels_->stop();
   if (admin_http_) admin_http_->close([] {});
   uv_close(as_handle(&stopped_async_), nullptr);
 }

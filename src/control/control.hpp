@@ -17,6 +17,7 @@
 #include "admin/admin_api.hpp"
 #include "admin/http_server.hpp"
 #include "discovery/discovery.hpp"
+#include "discovery/sentinel.hpp"
 #include "health/checker.hpp"
 #include "log/logging.hpp"
 #include "runtime/registry.hpp"
@@ -125,7 +126,7 @@ class Control {
   // bounded time) for the first answers so that the first Snapshot has
   // their servers.
   void start_discovery(const Config& config);
-  // The file's configuration with the servers DNS gives now.
+  // The file's configuration with the servers DNS and the sentinels give now.
   std::shared_ptr<const Config> with_discovered(const std::shared_ptr<const Config>& config) const;
   // After apply(): discovery follows the file's entries and [resolver].
   void configure_discovery(const std::shared_ptr<const Config>& config);
@@ -133,6 +134,12 @@ class Control {
   // posted like a reload's (servers that stay keep their state, removed
   // ones drain), with no listener change.
   void apply_discovered();
+  // Redis Sentinel: started with the first configuration, waiting (a
+  // bounded time) for the masters.
+  void start_sentinels(const Config& config);
+  // Closes the sessions of the masters the sentinels replaced since the
+  // last call (servers of `before`).
+  void close_replaced_masters(const Snapshot& before);
 
   static void on_signal_fd(uv_poll_t* h, int status, int events);
   void on_signal(int signum);
@@ -167,6 +174,7 @@ class Control {
   std::string admin_token_;   // the token in force (empty: none)
   std::unique_ptr<HealthChecker> health_;  // active checks, on this loop
   std::unique_ptr<discovery::Discovery> discovery_;  // servers from DNS, on this loop
+  std::unique_ptr<discovery::Sentinels> sentinels_;  // masters from Redis Sentinel, on this loop
   std::shared_ptr<const Config> file_config_;        // the running configuration as the file says
   bool handles_closed_ = false;
   bool healthcheck_failed_ = false;  // POST /healthcheck/fail, until /healthcheck/ok

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/values.hpp"
+#include "discovery/run_until.hpp"
 #include "sluice/address.hpp"
 
 namespace sluice::discovery {
@@ -366,16 +367,7 @@ Duration Discovery::settle_limit(const ResolverConfig& resolver) {
 }
 
 void Discovery::wait_settled(Duration max) {
-  struct Deadline {
-    uv_timer_t timer{};
-    bool expired = false;
-  };
-  auto* d = new Deadline;
-  uv_timer_init(loop_, &d->timer);
-  d->timer.data = d;
-  uv_timer_start(&d->timer, [](uv_timer_t* t) { static_cast<Deadline*>(t->data)->expired = true; }, timer_ms(max), 0);
-  while (!settled() && !d->expired) uv_run(loop_, UV_RUN_ONCE);
-  uv_close(as_handle(&d->timer), [](uv_handle_t* h) { delete static_cast<Deadline*>(h->data); });
+  run_until(loop_, [this] { return settled(); }, max);
 }
 
 DnsStatus Discovery::status() const {

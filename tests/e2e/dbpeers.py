@@ -424,9 +424,10 @@ class RedisServer:
 
     READY = r"Ready to accept connections"
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, extra: list[str] | None = None):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.extra = extra or []  # more command-line options ("--replicaof", host, port)
         self.proc: subprocess.Popen | None = None
         self.log: harness.LineLog | None = None
         start_on_free_port(self, "redis-server")
@@ -439,7 +440,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--daemonize", "no",
-             "--dir", str(self.workdir), "--logfile", "", "--loglevel", "notice"],
+             "--dir", str(self.workdir), "--logfile", "", "--loglevel", "notice", *self.extra],
             cwd=self.workdir, env=clean_env(), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.log = harness.LineLog(self.proc.stdout)

@@ -30,7 +30,7 @@ const std::string kListenerKeys =
     "half_close";
 const std::string kUpstreamKeys =
     "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, all_down, fallback, proxy_protocol, "
-    "drain_timeout, queue, queue_timeout, servers, health";
+    "drain_timeout, queue, queue_timeout, servers, sentinel, health";
 const std::string kLike = "must be a duration like \"250ms\", \"3s\", \"5m\", \"1h\", got ";
 
 }  // namespace
@@ -286,7 +286,7 @@ TEST_CASE("[upstream.NAME]") {
        "got float nan"},
       {"[upstream.u]\nbalance = \"hash\"\nhash_balance_factor = \"2\"\n" + servers + kListenerL,
        "x.toml:3:23: upstream \"u\": hash_balance_factor must be a number, got string \"2\""},
-      {"[upstream.u]\nmax_fails = 1\n" + kListenerL, "x.toml:1:1: upstream \"u\": missing required key \"servers\""},
+      {"[upstream.u]\nmax_fails = 1\n" + kListenerL, "x.toml:1:1: upstream \"u\": needs servers = [{ address = \"host:port\" }, ...] or sentinel = { addresses = [...], master = \"...\" }"},
       {"[upstream.u]\nservers = []\n" + kListenerL, "x.toml:2:11: upstream \"u\": servers must not be empty"},
       {"[upstream.u]\nservers = \"127.0.0.1:9001\"\n" + kListenerL,
        "x.toml:2:11: upstream \"u\": servers must be an array of tables like [{ address = \"10.0.0.1:5432\" }], "
