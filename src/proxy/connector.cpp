@@ -35,6 +35,15 @@ void Connector::start(Upstream* upstream) {
   attempt();
 }
 
+void Connector::adopt(Upstream* upstream, Upstream* origin, long index, unsigned attempts) {
+  upstream_ = upstream;
+  origin_ = origin != nullptr ? origin : upstream;
+  index_ = index;
+  attempts_ = attempts;
+  upstream->adopt(static_cast<std::size_t>(index));
+  holding_ = true;
+}
+
 void Connector::release() {
   if (holding_) {
     upstream_->release(static_cast<std::size_t>(index_));

@@ -64,6 +64,10 @@ class Upstream final : public ServerWatcher {
   // Undo of pick's accounting when the session leaves that server (under the
   // pick lock, so the next pick sees it). Thread-safe.
   void release(std::size_t index);
+  // A session a binary upgrade handed over, already on server `index`:
+  // counted in `active` as pick() counts one (its total_sessions was the
+  // old process's). Thread-safe.
+  void adopt(std::size_t index);
 
   // The weight the balancer uses now: the admin override or the file's,
   // ramped by slow start (in hundredths, so that a ramp of weight 1 is
