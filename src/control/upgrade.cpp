@@ -238,6 +238,12 @@ void Control::on_upgrade_message(Upgrade& u) {
         u.close_poll(false);
         return;
       }
+      if (st == upgrade::RecvStatus::closed && !u.exited) {
+        // It is exiting, most likely: its exit status says more than the
+        // closed channel (the exit callback, or upgrade_timeout, ends it).
+        u.close_poll();
+        return;
+      }
       upgrade_failed(u, st == upgrade::RecvStatus::closed
                             ? "the new process " + std::to_string(u.pid) + " closed the hand-over channel"
                             : "hand-over channel: " + err);

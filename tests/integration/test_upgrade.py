@@ -84,7 +84,7 @@ listen = "127.0.0.1:0"
 upstream = "up"
 {extra_listeners}
 [upstream.up]
-servers = ["{backend_addr}"]
+servers = [{{ address = "{backend_addr}" }}]
 """
         self.config.write_text(self.text)
         self.proc = subprocess.Popen([str(self.bin), "-c", str(self.config)], stdin=subprocess.DEVNULL,
