@@ -1,5 +1,6 @@
 // sluice: the command line. Everything that runs is the control loop's
 // (src/control/) and the workers' (src/net/).
+#include <dirent.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -53,6 +54,21 @@ std::string started_from(const char* argv0, const std::string& cwd) {
   return "/proc/self/exe";  // nothing better is known
 }
 
+// A process started by an upgrade inherits, besides its channel, whatever
+// the old one had open without close-on-exec (log files opened by the
+// logging library): closed first, or each upgrade would add to them.
+void close_inherited(int keep) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return;
+  std::vector<int> fds;
+  while (dirent* e = ::readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd > 2 && fd != keep && fd != ::dirfd(d)) fds.push_back(fd);
+  }
+  ::closedir(d);
+  for (int fd : fds) ::close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,6 +95,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sluice: unknown argument \"%s\"\n%s", a.c_str(), kUsage);
       return 2;
     }
+  }
+
+  // Started by a binary upgrade: the channel to the process that serves.
+  // Not passed on to a later upgrade's process.
+  int upgrade_fd = -1;
+  if (const char* v = std::getenv(sluice::upgrade::kFdEnv); v != nullptr) {
+    upgrade_fd = std::atoi(v);
+    ::unsetenv(sluice::upgrade::kFdEnv);
+    close_inherited(upgrade_fd);
   }
 
   // Not for -t: a check must stay easy to interrupt.
@@ -108,13 +133,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sluice: cannot open error_log \"%s\": %s\n", config->global.error_log.c_str(), e.what());
     return 1;
-  }
-  // Started by a binary upgrade: the channel to the process that serves.
-  // Not passed on to a later upgrade's process.
-  int upgrade_fd = -1;
-  if (const char* v = std::getenv(sluice::upgrade::kFdEnv); v != nullptr) {
-    upgrade_fd = std::atoi(v);
-    ::unsetenv(sluice::upgrade::kFdEnv);
   }
   std::string cwd;
   {
