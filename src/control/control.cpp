@@ -880,7 +880,7 @@ void Control::on_workers_stopped() {
   uv_close(as_handle(&tick_), nullptr);
   if (health_) health_->stop([] {});
   if (discovery_) discovery_->stop([] {});
-  if (admin_http_) admin_http_->close([] {});
+  if (admin_http_ && !handed_over_) admin_http_->close([] {});  // else closed at the hand-over
   close_upgrade();
   uv_close(as_handle(&stopped_async_), nullptr);
 }

@@ -317,8 +317,9 @@ void Control::on_taken_over(Upgrade& u) {
   uv_unref(as_handle(&tick_));
   if (u.poll_open) uv_unref(as_handle(&u.poll));
   if (u.process_open) uv_unref(as_handle(&u.process));
+  // Closed once (its handles close asynchronously; the object stays until
+  // the loop has ended). The new process answers on the same socket.
   if (admin_http_) admin_http_->close([] {});
-  admin_http_.reset();
   for (auto& w : workers_) {
     WorkerCommand c = WorkerCommand::of(WorkerCommand::Kind::hand_over);
     c.channel = u.fd;

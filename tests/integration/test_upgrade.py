@@ -59,7 +59,7 @@ class Instance:
     an admin API; follows the serving process across upgrades."""
 
     def __init__(self, tmp_path: Path, backend_addr: str, workers: int = 1,
-                 extra_listeners: str = "", upgrade_timeout: str = "5s"):
+                 extra_listeners: str = "", upgrade_timeout: str = "5s", log_level: str = os.environ.get("UPG_LOG", "info")):
         self.dir = tmp_path
         self.bin = tmp_path / "bin" / "sluice"
         self.bin.parent.mkdir()
@@ -74,6 +74,7 @@ access_log = "{self.access_log}"
 pid_file = "{self.pid_file}"
 upgrade_timeout = "{upgrade_timeout}"
 shutdown_timeout = "2s"
+log_level = "{log_level}"
 
 [admin]
 listen = "127.0.0.1:0"
@@ -221,12 +222,15 @@ def test_upgrade_keeps_every_connection_and_exits_the_old_process(instance, work
     # The old process hands the long session over and exits while it is
     # still open; it carries on in the new one.
     wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+    assert inst.proc.wait(timeout=10) == 0, "the old process's exit status"
     echo_roundtrip(long_plain, b"after\n" * 1000)
     status, body = inst.admin_request("GET", "/status")
     assert status == 200 and body["pid"] == new
     assert body["connections"] >= 1
     long_plain.close()
     ok, failures = clients.finish()
+    if failures:
+        (inst.dir / "sluice.log").write_text("\n".join(inst.log.lines))
     assert not failures, failures[:5]
     # One record per session: the short ones and the long one.
     wait_until(lambda: len(inst.records()) == ok + 1, timeout=15,
