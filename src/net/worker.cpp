@@ -240,7 +240,11 @@ void Worker::on_listener_handle_closed(uv_handle_t* h) {
 void Worker::close_listener(Listener& l) {
   l.removing = true;
   if (l.fd >= 0) {
-    ::close(l.fd);  // also leaves the Reactor's set
+    // Out of the set first: after a binary upgrade (or while the control
+    // loop holds a duplicate) the socket outlives this descriptor, and
+    // close(2) alone would leave it in the set, pointing at a freed Listener.
+    if (l.watched) reactor_->remove(l.fd);
+    ::close(l.fd);
     l.fd = -1;
     l.watched = false;
   }

@@ -59,7 +59,7 @@ class Instance:
     an admin API; follows the serving process across upgrades."""
 
     def __init__(self, tmp_path: Path, backend_addr: str, workers: int = 1,
-                 extra_listeners: str = "", upgrade_timeout: str = "5s", log_level: str = os.environ.get("UPG_LOG", "info")):
+                 extra_listeners: str = "", upgrade_timeout: str = "5s", log_level: str = "info"):
         self.dir = tmp_path
         self.bin = tmp_path / "bin" / "sluice"
         self.bin.parent.mkdir()
