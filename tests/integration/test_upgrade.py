@@ -59,7 +59,7 @@ class Instance:
     an admin API; follows the serving process across upgrades."""
 
     def __init__(self, tmp_path: Path, backend_addr: str, workers: int = 1,
-                 extra_listeners: str = "", upgrade_timeout: str = "5s", log_level: str = "info"):
+                 extra_listeners: str = "", upgrade_timeout: str = "5s", log_level: str = "info", route: str = 'upstream = "up"'):
         self.dir = tmp_path
         self.bin = tmp_path / "bin" / "sluice"
         self.bin.parent.mkdir()
@@ -82,7 +82,7 @@ listen = "127.0.0.1:0"
 [[listener]]
 name = "main"
 listen = "127.0.0.1:0"
-upstream = "up"
+{route}
 {extra_listeners}
 [upstream.up]
 servers = [{{ address = "{backend_addr}" }}]
@@ -137,6 +137,8 @@ servers = [{{ address = "{backend_addr}" }}]
         wait_until(lambda: not any(pid_alive(p) for p in self.pids), timeout=15, what="every process exited")
         if self.proc.poll() is None:
             self.proc.wait(timeout=5)
+        # The process that served last removed its pid_file at exit.
+        assert not self.pid_file.exists()
 
     def records(self):
         if not self.access_log.exists():
@@ -420,3 +422,44 @@ def test_soak_upgrades_back_and_forth(instance, tmp_path):
                what="one access record per session")
     recs = inst.records()
     assert all(r["cause"] in ("client_closed",) for r in recs), {r["cause"] for r in recs}
+
+
+def test_tls_preread_session_moves_with_its_sni(instance, tmp_path, backends):
+    """A session routed by its ClientHello (preread = "tls") moves like any
+    other: the TLS stream between client and server goes on, and its one
+    access record keeps the SNI learnt before the move."""
+    import ssl
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=db.example",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1"], check=True, capture_output=True)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+
+    def tls_echo(backend, conn):
+        with server_ctx.wrap_socket(conn, server_side=True) as t:
+            while True:
+                data = t.recv(65536)
+                if not data:
+                    break
+                t.sendall(data)
+
+    b = backends(tls_echo, name="tls")
+    (tmp_path / "tls").mkdir()
+    inst = Instance(tmp_path / "tls", b.address, extra_listeners='preread = "tls"\n',
+                    route='default_upstream = "up"')
+    try:
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+        raw = harness.connect(*inst.addr())
+        t = client_ctx.wrap_socket(raw, server_hostname="db.example")
+        echo_roundtrip(t, b"hello over tls\n")
+        old = inst.serving_pid()
+        install(inst.bin, harness.sluice_bin())
+        inst.upgrade()
+        wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+        assert inst.proc.wait(timeout=10) == 0
+        echo_roundtrip(t, b"still over tls\n" * 100)
+        t.close()
+        wait_until(lambda: len(inst.records()) == 1, timeout=15, what="one access record")
+        assert inst.records()[0]["sni"] == "db.example", inst.records()
+    finally:
+        inst.stop()
