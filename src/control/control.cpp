@@ -308,6 +308,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   for (auto& s : fresh) names.emplace_back(s->id, s->listener);
   // Checks first: a server this configuration adds is down (initial) before
   // any worker can pick it.
+  if (!inherited_servers_.empty()) restore_servers();
   if (health_ && !stopping_) health_->update(*snap);
   for (unsigned w = 0; w < workers_.size(); ++w) {
     WorkerCommand c;

@@ -144,6 +144,10 @@ class Control {
   // The new process: sessions the old one hands over go to the workers in
   // turn.
   void on_handed_sessions();
+  // The new process, at its first apply(): what the old one knew of each
+  // server (active-check state, drain/disable, runtime weight), before the
+  // health checks start from it.
+  void restore_servers();
   void remove_pid_file();
 
   bool start();
@@ -240,6 +244,7 @@ class Control {
   int takeover_fd_ = -1;            // the new process's end of the channel
   std::map<std::string, std::vector<int>> inherited_;  // socket key -> sockets handed over
   int inherited_admin_ = -1;
+  std::vector<std::vector<std::string>> inherited_servers_;  // "server" messages' fields
   uv_poll_t takeover_poll_{};       // the channel, once this process serves
   bool takeover_poll_open_ = false;
   unsigned next_adopter_ = 0;

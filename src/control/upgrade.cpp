@@ -274,6 +274,18 @@ void Control::on_upgrade_message(Upgrade& u) {
           send_error = upgrade::send(u.fd, l, kSendTimeoutMs);
         }
       }
+      // Server state, so that the new process neither checks from scratch
+      // nor forgets a drain or a weight set through the admin API.
+      for (const auto& server : registry_.servers()) {
+        if (!send_error.empty()) break;
+        upgrade::Message sm;
+        sm.kind = upgrade::Kind::server;
+        sm.fields = {server->upstream, server_identity(server->address),
+                     upgrade::field(static_cast<std::uint64_t>(server->active_state())),
+                     upgrade::field(static_cast<std::uint64_t>(server->admin())),
+                     upgrade::field(server->weight_override()), upgrade::field(server->weight_override_base())};
+        send_error = upgrade::send(u.fd, sm, kSendTimeoutMs);
+      }
       if (send_error.empty() && admin_http_ && admin_http_->listening_fd() >= 0) {
         upgrade::Message a;
         a.kind = upgrade::Kind::admin;
@@ -384,6 +396,10 @@ std::string Control::receive_handover() {
         }
         m.close_fds();
         break;
+      case upgrade::Kind::server:
+        m.close_fds();
+        if (m.fields.size() == 6) inherited_servers_.push_back(std::move(m.fields));
+        break;
       case upgrade::Kind::go:
         return {};
       case upgrade::Kind::refuse:
@@ -393,6 +409,29 @@ std::string Control::receive_handover() {
         break;
     }
   }
+}
+
+void Control::restore_servers() {
+  std::size_t restored = 0;
+  for (const auto& st : registry_.servers()) {
+    const std::string id = server_identity(st->address);
+    for (const auto& f : inherited_servers_) {
+      if (f[0] != st->upstream || f[1] != id) continue;
+      const auto active = static_cast<ActiveState>(upgrade::number(f[2]));
+      const auto admin = static_cast<AdminState>(upgrade::number(f[3]));
+      if (active == ActiveState::up || active == ActiveState::down) {
+        st->set_active(active, "as the previous process had it");
+      }
+      if (admin == AdminState::drain || admin == AdminState::disabled) st->set_admin(admin);
+      if (const std::uint64_t w = upgrade::number(f[4]); w != 0) {
+        st->set_weight_override(static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(upgrade::number(f[5])));
+      }
+      ++restored;
+      break;
+    }
+  }
+  spdlog::info("upgrade: the state of {} server(s) carried over", restored);
+  inherited_servers_.clear();
 }
 
 bool Control::take_inherited(const ListenerConfig& l, const std::string& key, std::vector<int>& fds,

@@ -108,10 +108,10 @@ servers = [{{ address = "{backend_addr}" }}]
     def addr(self, name="main"):
         return self.addrs[name]
 
-    def admin_request(self, method: str, path: str):
+    def admin_request(self, method: str, path: str, body: str | None = None):
         c = http.client.HTTPConnection(*self.admin, timeout=10)
         try:
-            c.request(method, path)
+            c.request(method, path, body=body)
             r = c.getresponse()
             return r.status, json.loads(r.read() or b"null")
         finally:
@@ -463,3 +463,16 @@ def test_tls_preread_session_moves_with_its_sni(instance, tmp_path, backends):
         assert inst.records()[0]["sni"] == "db.example", inst.records()
     finally:
         inst.stop()
+
+
+def test_server_drain_and_weight_carry_over(instance):
+    inst = instance()
+    addr = inst.text.split('address = "')[1].split('"')[0]
+    assert inst.admin_request("PUT", f"/upstreams/up/servers/{addr}/weight", body="7")[0] == 200
+    assert inst.admin_request("POST", f"/upstreams/up/servers/{addr}/drain")[0] == 200
+    install(inst.bin, harness.sluice_bin())
+    new = inst.upgrade()
+    status, body = inst.admin_request("GET", "/status")
+    assert body["pid"] == new
+    srv = [s for u in body["upstreams"] if u["name"] == "up" for s in u["servers"]][0]
+    assert (srv["weight"], srv["admin"]) == (7, "drain"), srv
