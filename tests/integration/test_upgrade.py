@@ -139,6 +139,8 @@ servers = [{{ address = "{backend_addr}" }}]
             self.proc.wait(timeout=5)
         # The process that served last removed its pid_file at exit.
         assert not self.pid_file.exists()
+        assert not self.log.matches(r"live handles|\[critical\]|\[error\] (?!upgrade failed)"), \
+            self.log.matches(r"live handles|\[critical\]|\[error\]")
 
     def records(self):
         if not self.access_log.exists():
