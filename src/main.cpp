@@ -1,10 +1,15 @@
 // sluice: the command line. Everything that runs is the control loop's
 // (src/control/) and the workers' (src/net/).
+#include <dirent.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -13,6 +18,7 @@
 #include "log/logging.hpp"
 #include "sluice/config.hpp"
 #include "sluice_version.hpp"
+#include "upgrade/channel.hpp"
 
 namespace {
 
@@ -23,7 +29,45 @@ constexpr const char* kUsage =
     "  --version          print the version and exit\n"
     "  -h, --help         this help\n"
     "signals: SIGTERM/SIGINT stop gracefully (a second one closes every session at once),\n"
-    "         SIGHUP reloads the configuration file, SIGUSR1 reopens log files\n";
+    "         SIGHUP reloads the configuration file, SIGUSR1 reopens log files,\n"
+    "         SIGUSR2 upgrades: starts the binary at this path and hands every session to it\n";
+
+// The path this binary was started from, absolute: a binary upgrade starts
+// what is at that path then (the newly installed file), so neither the
+// symbolic links on the way nor /proc/self/exe (the running, perhaps
+// deleted, file) are followed.
+std::string started_from(const char* argv0, const std::string& cwd) {
+  std::string a = argv0 != nullptr ? argv0 : "";
+  if (a.find('/') != std::string::npos) return a.front() == '/' ? a : cwd + "/" + a;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    std::size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + a;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.front() == '/' ? candidate : cwd + "/" + candidate;
+    start = end + 1;
+  }
+  return "/proc/self/exe";  // nothing better is known
+}
+
+// A process started by an upgrade inherits, besides its channel, whatever
+// the old one had open without close-on-exec (log files opened by the
+// logging library): closed first, or each upgrade would add to them.
+void close_inherited(int keep) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return;
+  std::vector<int> fds;
+  while (dirent* e = ::readdir(d)) {
+    const int fd = std::atoi(e->d_name);
+    if (fd > 2 && fd != keep && fd != ::dirfd(d)) fds.push_back(fd);
+  }
+  ::closedir(d);
+  for (int fd : fds) ::close(fd);
+}
 
 }  // namespace
 
@@ -51,6 +95,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sluice: unknown argument \"%s\"\n%s", a.c_str(), kUsage);
       return 2;
     }
+  }
+
+  // Started by a binary upgrade: the channel to the process that serves.
+  // Not passed on to a later upgrade's process.
+  int upgrade_fd = -1;
+  if (const char* v = std::getenv(sluice::upgrade::kFdEnv); v != nullptr) {
+    upgrade_fd = std::atoi(v);
+    ::unsetenv(sluice::upgrade::kFdEnv);
+    close_inherited(upgrade_fd);
   }
 
   // Not for -t: a check must stay easy to interrupt.
@@ -81,9 +134,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sluice: cannot open error_log \"%s\": %s\n", config->global.error_log.c_str(), e.what());
     return 1;
   }
+  std::string cwd;
+  {
+    std::vector<char> buf(4096);
+    if (::getcwd(buf.data(), buf.size()) != nullptr) cwd = buf.data();
+  }
+  std::vector<std::string> args(argv + 1, argv + argc);
   int status = 0;
   try {
     sluice::Control control(path, std::move(config));
+    control.set_command(started_from(argv[0], cwd), std::move(args), cwd);
+    if (upgrade_fd >= 0) control.set_upgrade_channel(upgrade_fd);
     status = control.run();
   } catch (const std::exception& e) {
     // Out of kernel resources before anything could run (an epoll set, a

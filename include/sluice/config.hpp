@@ -57,6 +57,12 @@ struct GlobalConfig {
   // On SIGTERM: GET /ready answers 503 at once, listeners keep accepting
   // this long, then the graceful stop begins (a front tier's notice period).
   Duration shutdown_delay{0};
+  // The serving process's PID, written atomically once it serves (by a new
+  // binary once it has taken over) and removed at exit. Empty = none.
+  std::string pid_file;
+  // A binary upgrade (SIGUSR2, POST /upgrade) is given up when the new
+  // process has not taken over within this.
+  Duration upgrade_timeout = std::chrono::seconds(30);
 };
 
 // [admin]: the HTTP admin API on the control loop. Absent table = no API.

@@ -277,6 +277,15 @@ Response AdminApi::handle(const Request& req) {
                                {"generation", hooks_.info().generation},
                                {"restart_required", o.restart_required}});
   }
+  if (parts.size() == 1 && parts[0] == "upgrade") {
+    if (m != "POST") return method_not_allowed("POST");
+    if (!hooks_.upgrade) return json_response(404, {{"ok", false}, {"error", "no upgrade here"}});
+    const Outcome o = hooks_.upgrade();
+    // 202: the new process takes over after this answer; the pid_file and
+    // GET /status say when it has.
+    if (!o.ok) return json_response(409, {{"ok", false}, {"error", o.message}});
+    return json_response(202, {{"ok", true}, {"message", o.message}});
+  }
   if (parts.size() == 1 && parts[0] == "config") {
     if (m != "PUT") return method_not_allowed("PUT");
     const Outcome o = hooks_.put_config(req.body);

@@ -59,12 +59,16 @@ struct ProcessInfo {
   std::string not_ready_reason;   // why not, when not ready
   std::int64_t ready_since_ms = 0;  // wall clock of the last change (or the start)
   DnsStatus dns;  // servers from DNS: entries, counters
+  std::string upgrade_state;  // binary upgrade: none, starting, handing_over, failed
+  std::string upgrade_message;
 };
 
 struct AdminHooks {
   std::function<std::shared_ptr<const Snapshot>()> snapshot;
   std::function<ProcessInfo()> info;
   std::function<Outcome()> reload;                         // re-read the file
+  // POST /upgrade: start the binary upgrade (it goes on after the answer).
+  std::function<Outcome()> upgrade;
   std::function<Outcome(std::string_view toml)> put_config;  // validate, write, apply
   // Close the live sessions on `server` with `cause` (every worker).
   std::function<void(std::shared_ptr<const ServerState>, Cause)> close_sessions;

@@ -293,11 +293,12 @@ HttpServer::HttpServer(uv_loop_t* loop, Handler handler, HttpLimits limits)
 
 HttpServer::~HttpServer() = default;
 
-std::string HttpServer::listen(const Endpoint& at) {
+std::string HttpServer::listen(const Endpoint& at, int inherited_fd) {
   uv_tcp_init(loop_, &listener_);
   listener_.data = this;
   listening_ = true;
-  int rc = uv_tcp_bind(&listener_, reinterpret_cast<const sockaddr*>(&at.addr), 0);
+  int rc = inherited_fd >= 0 ? uv_tcp_open(&listener_, inherited_fd)
+                             : uv_tcp_bind(&listener_, reinterpret_cast<const sockaddr*>(&at.addr), 0);
   if (rc == 0) rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 64, on_connection);
   if (rc != 0) return std::string("cannot listen on ") + at.text + ": " + uv_strerror(rc);
   sockaddr_storage ss{};
@@ -305,6 +306,12 @@ std::string HttpServer::listen(const Endpoint& at) {
   uv_tcp_getsockname(&listener_, reinterpret_cast<sockaddr*>(&ss), &len);
   bound_ = format_sockaddr(reinterpret_cast<const sockaddr*>(&ss));
   return {};
+}
+
+int HttpServer::listening_fd() const {
+  uv_os_fd_t fd = -1;
+  if (!listening_ || uv_fileno(reinterpret_cast<const uv_handle_t*>(&listener_), &fd) != 0) return -1;
+  return fd;
 }
 
 void HttpServer::on_connection(uv_stream_t* server, int status) {

@@ -65,7 +65,11 @@ class HttpServer {
   void set_gate(Gate gate) { gate_ = std::move(gate); }
 
   // Binds and listens. Returns an empty string, or the error.
-  std::string listen(const Endpoint& at);
+  // With `inherited_fd` (a binary upgrade), listens on that socket, already
+  // bound and listening, instead of binding a new one.
+  std::string listen(const Endpoint& at, int inherited_fd = -1);
+  // The listening socket (-1 before listen()), for a binary upgrade.
+  int listening_fd() const;
   // The bound address ("127.0.0.1:9090"), after listen().
   const std::string& bound() const { return bound_; }
   // Stops listening and closes every connection; `done` runs once every

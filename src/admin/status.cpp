@@ -1,5 +1,7 @@
 // GET /status, GET /upstreams/U and GET /upstreams/U/servers/ADDR: the JSON
 // documents (the status page, status_page.cpp, renders the first).
+#include <unistd.h>
+
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -100,6 +102,8 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
                            std::int64_t now_ms) {
   nlohmann::json doc;
   doc["version"] = SLUICE_VERSION;
+  doc["pid"] = static_cast<std::int64_t>(::getpid());
+  doc["upgrade"] = {{"state", info.upgrade_state}, {"message", info.upgrade_message}};
   doc["started_at_ms"] = info.started_at_ms;
   doc["uptime_seconds"] = static_cast<double>(now_ms - info.started_at_ms) / 1000.0;
   doc["config"] = {{"file", info.config_file}, {"generation", info.generation}, {"loaded_at_ms", info.loaded_at_ms}};

@@ -234,7 +234,8 @@ class Parser {
   GlobalConfig parse_global(const toml::table& table) {
     TableReader r(table, "[global]", path_);
     r.reject_unknown_keys({"workers", "max_connections", "shutdown_timeout", "log_level", "error_log", "access_log",
-                           "access_log_format", "log_interval", "drain_timeout", "shutdown_delay"});
+                           "access_log_format", "log_interval", "drain_timeout", "shutdown_delay", "pid_file",
+                           "upgrade_timeout"});
     GlobalConfig g;
     if (auto v = r.integer("workers", 0, 256)) g.workers = static_cast<unsigned>(*v);
     if (auto v = r.integer("max_connections", 1, kInt64Max)) g.max_connections = static_cast<std::uint64_t>(*v);
@@ -273,6 +274,11 @@ class Parser {
     }
     if (auto v = r.duration("drain_timeout", true)) g.drain_timeout = *v;
     if (auto v = r.duration("shutdown_delay", true)) g.shutdown_delay = *v;
+    if (auto v = r.string("pid_file")) {
+      if (v->empty() || v->front() != '/') r.fail(*r.get("pid_file"), "pid_file must be an absolute path, got " + quote(*v));
+      g.pid_file = *v;
+    }
+    if (auto v = r.duration("upgrade_timeout", false)) g.upgrade_timeout = *v;
     return g;
   }
 

@@ -28,21 +28,11 @@
 
 namespace sluice {
 
-// One listening address, with one socket per worker (owned by the workers
-// once handed over). Kept across reloads while some listener still uses the
-// same address, so a reload never refuses a connection.
-struct Control::Socket {
-  std::uint64_t id = 0;
-  std::string key;       // resolved address, or "name:NAME" for port 0
-  std::string bound;     // "127.0.0.1:40123"
-  std::string listener;  // the listener (by name) that uses it now
-};
-
 namespace {
 
 uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
-constexpr int kHandledSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+constexpr int kHandledSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 
 sigset_t handled_signals() {
   sigset_t set;
@@ -151,7 +141,8 @@ int Control::run() {
   workers_.clear();
   snapshot_.reset();
   uv_loop_close(loop_);
-  spdlog::info("stopped");
+  remove_pid_file();
+  spdlog::info(handed_over_ ? "stopped: the new process serves" : "stopped");
   return exit_status_;
 }
 
@@ -185,7 +176,14 @@ bool Control::start() {
   if (signal_fd_ < 0) throw std::runtime_error(std::string("cannot create a signalfd: ") + std::strerror(errno));
   uv_poll_init(loop_, &signal_poll_, signal_fd_);
   signal_poll_.data = this;
-  ReloadResult r = apply(initial_);
+  // Started by a binary upgrade: the listening sockets come from the
+  // process that serves now, which goes on serving if this start fails.
+  const std::string handover_error = takeover_fd_ >= 0 ? receive_handover() : std::string();
+  ReloadResult r = handover_error.empty() ? apply(initial_) : ReloadResult{false, "upgrade: " + handover_error};
+  for (auto& [key, fds] : inherited_) {
+    for (int fd : fds) ::close(fd);  // the configuration no longer has them
+  }
+  inherited_.clear();
   if (r.ok) wait_first_checks();
   // Signals that came meanwhile wait in the signalfd and are read now.
   uv_poll_start(&signal_poll_, UV_READABLE, on_signal_fd);
@@ -212,7 +210,12 @@ bool Control::start() {
   for (auto& w : workers_) w->start();
   spdlog::info("sluice {} started: {} worker(s), {} listener(s)", SLUICE_VERSION, nworkers_,
                config.listeners.size());
-  notify_systemd("READY=1\nSTATUS=running, configuration generation " + std::to_string(generation_));
+  if (takeover_fd_ >= 0) {
+    announce_takeover();
+  } else {
+    write_pid_file();
+    notify_systemd("READY=1\nSTATUS=running, configuration generation " + std::to_string(generation_));
+  }
   return true;
 }
 
@@ -250,7 +253,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
 
   // Match listeners to the sockets already open (by address), open the rest.
   std::vector<std::unique_ptr<Socket>> fresh;
-  std::vector<std::vector<int>> fresh_fds;
+  std::vector<std::vector<int>> fresh_fds;  // at least one per worker; socket i goes to worker i % workers
   std::vector<std::pair<Socket*, std::string>> kept;  // socket, its (new) listener name
   std::set<Socket*> used;
   auto close_fresh = [&] {
@@ -268,7 +271,8 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
       continue;
     }
     try {
-      ListeningSockets ls = open_listening_sockets(l, nworkers_);
+      ListeningSockets ls;
+      if (!take_inherited(l, key, ls.fds, ls.bound)) ls = open_listening_sockets(l, nworkers_);
       auto s = std::make_unique<Socket>();
       s->id = next_socket_id_++;
       s->key = key;
@@ -306,6 +310,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   for (auto& s : fresh) names.emplace_back(s->id, s->listener);
   // Checks first: a server this configuration adds is down (initial) before
   // any worker can pick it.
+  if (!inherited_servers_.empty()) restore_servers();
   if (health_ && !stopping_) health_->update(*snap);
   for (unsigned w = 0; w < workers_.size(); ++w) {
     WorkerCommand c;
@@ -313,8 +318,16 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
     c.snapshot = snap;
     c.close = closed;
     c.names = names;
-    for (std::size_t i = 0; i < fresh.size(); ++i) c.open.emplace_back(fresh[i]->id, fresh_fds[i][w]);
+    for (std::size_t i = 0; i < fresh.size(); ++i) {
+      for (std::size_t j = w; j < fresh_fds[i].size(); j += workers_.size()) c.open.emplace_back(fresh[i]->id, fresh_fds[i][j]);
+    }
     workers_[w]->post(std::move(c));
+  }
+  for (std::size_t i = 0; i < fresh.size(); ++i) {
+    for (int fd : fresh_fds[i]) {
+      const int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      if (d >= 0) fresh[i]->dups.push_back(d);
+    }
   }
   for (auto& s : fresh) {
     spdlog::info("listener \"{}\" listening on {}", s->listener, s->bound);
@@ -588,6 +601,9 @@ void Control::on_signal(int signum) {
     case SIGUSR1:
       reopen_logs();
       return;
+    case SIGUSR2:
+      upgrade("SIGUSR2");
+      return;
     default:
       return;
   }
@@ -757,6 +773,8 @@ admin::ProcessInfo Control::process_info() const {
   p.ready_since_ms = ready_since_ms_ != 0 ? ready_since_ms_ : started_at_ms_;
   if (discovery_) p.dns = discovery_->status();
   if (sentinels_) sentinels_->add_status(p.dns);
+  p.upgrade_state = upgrade_state_;
+  p.upgrade_message = upgrade_message_;
   return p;
 }
 
@@ -780,19 +798,25 @@ std::string Control::start_admin(const Config& config) {
     close_sessions(std::move(server), cause);
   };
   hooks.set_ready = [this](bool ok, const std::string& by) { return set_healthcheck(ok, by); };
+  hooks.upgrade = [this] { return upgrade("POST /upgrade"); };
   admin_api_ = std::make_unique<admin::AdminApi>(std::move(hooks));
   admin_token_ = config.admin.token;
   admin_api_->set_token(admin_token_);
   admin_http_ = std::make_unique<admin::HttpServer>(
       loop_, [this](const admin::Request& req) { return admin_api_->handle(req); });
   admin_http_->set_gate([this](const admin::Request& req) { return admin_api_->authorize(req); });
-  if (std::string err = admin_http_->listen(config.admin.listen); !err.empty()) return "[admin] " + err;
+  const int inherited = inherited_admin_;
+  inherited_admin_ = -1;
+  if (std::string err = admin_http_->listen(config.admin.listen, inherited); !err.empty()) return "[admin] " + err;
   spdlog::info("admin API listening on {}", admin_http_->bound());
   return {};
 }
 
 void Control::notify_systemd(const std::string& state) {
   // A no-op unless started by systemd with Type=notify (NOTIFY_SOCKET set).
+  // Once a new binary serves, it is the main PID: this one's STOPPING=1
+  // would stop the service.
+  if (handed_over_) return;
   sd_notify(0, state.c_str());
 }
 
@@ -828,6 +852,9 @@ void Control::begin_stop(bool now) {
     uv_unref(as_handle(&signal_poll_));
     uv_unref(as_handle(&tick_));
   }
+  // Nothing is accepted any more: no socket may stay open (and fill its
+  // queue) behind the workers' backs.
+  for (auto& s : sockets_) s->close_dups();
   for (auto& w : workers_) {
     w->post(WorkerCommand::of(now ? WorkerCommand::Kind::stop_now : WorkerCommand::Kind::stop));
   }
@@ -903,7 +930,8 @@ void Control::on_workers_stopped() {
   if (health_) health_->stop([] {});
   if (discovery_) discovery_->stop([] {});
   if (sentinels_) sentinels_->stop();
-  if (admin_http_) admin_http_->close([] {});
+  if (admin_http_ && !handed_over_) admin_http_->close([] {});  // else closed at the hand-over
+  close_upgrade();
   uv_close(as_handle(&stopped_async_), nullptr);
 }
 

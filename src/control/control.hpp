@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
 #include <uv.h>
 
 #include "admin/admin_api.hpp"
@@ -52,6 +54,19 @@ class Control {
   static void block_signals();
 
   Control(std::string config_path, std::shared_ptr<const Config> config);
+
+  // A binary upgrade (src/control/upgrade.cpp). The command a new binary is
+  // started with: the executable's path as this process was started (an
+  // absolute path, resolved once at start: the file there is the newly
+  // installed one, whatever this process runs), its arguments, and the
+  // working directory they are relative to.
+  void set_command(std::string exe, std::vector<std::string> args, std::string cwd);
+  // This process was started by an upgrade: `fd` is its end of the
+  // hand-over channel. start() takes the listening sockets over it.
+  void set_upgrade_channel(int fd) { takeover_fd_ = fd; }
+  // SIGUSR2, POST /upgrade: starts the new binary and hands over to it.
+  // Returns at once; refused when one is under way or sluice is stopping.
+  admin::Outcome upgrade(std::string_view origin);
   ~Control();
   Control(const Control&) = delete;
   Control& operator=(const Control&) = delete;
@@ -89,7 +104,52 @@ class Control {
   Registry& registry() { return registry_; }
 
  private:
-  struct Socket;
+  // One listening address, with one socket per worker (owned by the workers
+  // once handed over). Kept across reloads while some listener still uses the
+  // same address, so a reload never refuses a connection.
+  struct Socket {
+    std::uint64_t id = 0;
+    std::string key;       // resolved address, or "name:NAME" for port 0
+    std::string bound;     // "127.0.0.1:40123"
+    std::string listener;  // the listener (by name) that uses it now
+    // Duplicates of the workers' sockets, so that a binary upgrade can hand
+    // them over; closed with the socket (a reload that drops it, a stop).
+    std::vector<int> dups;
+
+    void close_dups() {
+      for (int fd : dups) ::close(fd);
+      dups.clear();
+    }
+    ~Socket() { close_dups(); }
+  };
+  struct Upgrade;
+  friend struct Upgrade;
+
+  // ---- binary upgrade (upgrade.cpp) ----
+  // The new process: hello, then the listening sockets until "go". Returns
+  // "" or why the hand-over failed.
+  std::string receive_handover();
+  // The new process, serving: writes the pid_file, tells systemd and the
+  // old process.
+  void announce_takeover();
+  // apply(): the sockets for `key` handed over by the old process, if any.
+  bool take_inherited(const ListenerConfig& l, const std::string& key, std::vector<int>& fds, std::string& bound);
+  // The old process: the new one has taken over.
+  void on_taken_over(Upgrade& u);
+  // The old process: the upgrade is given up; this process serves on.
+  void upgrade_failed(Upgrade& u, const std::string& why);
+  void on_upgrade_message(Upgrade& u);
+  void write_pid_file();
+  // At the end: closes what an upgrade still holds open on the loop.
+  void close_upgrade();
+  // The new process: sessions the old one hands over go to the workers in
+  // turn.
+  void on_handed_sessions();
+  // The new process, at its first apply(): what the old one knew of each
+  // server (active-check state, drain/disable, runtime weight), before the
+  // health checks start from it.
+  void restore_servers();
+  void remove_pid_file();
 
   bool start();
   void begin_stop(bool now);
@@ -182,6 +242,24 @@ class Control {
   std::int64_t ready_since_ms_ = 0;
   uv_timer_t shutdown_delay_timer_{};  // initialised only while delaying_stop_
   int exit_status_ = 0;
+
+  // Binary upgrade.
+  std::string exe_;
+  std::vector<std::string> args_;
+  std::string cwd_;
+  Upgrade* upgrade_ = nullptr;      // the one under way (it deletes itself)
+  bool handed_over_ = false;        // a new process serves; this one finishes its sessions
+  int takeover_fd_ = -1;            // the new process's end of the channel
+  std::map<std::string, std::vector<int>> inherited_;  // socket key -> sockets handed over
+  int inherited_admin_ = -1;
+  std::vector<std::vector<std::string>> inherited_servers_;  // "server" messages' fields
+  uv_poll_t takeover_poll_{};       // the channel, once this process serves
+  bool takeover_poll_open_ = false;
+  unsigned next_adopter_ = 0;
+  std::uint64_t sessions_adopted_ = 0;
+  std::string pid_file_;            // the one this process wrote
+  std::string upgrade_state_ = "none";  // for GET /status
+  std::string upgrade_message_;
 };
 
 }  // namespace sluice

@@ -76,4 +76,29 @@ ListeningSockets open_listening_sockets(const ListenerConfig& listener, unsigned
   return out;
 }
 
+ListeningSockets adopt_listening_sockets(const ListenerConfig& listener, std::vector<int> fds, unsigned count) {
+  ListeningSockets out;
+  out.fds = std::move(fds);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (out.fds.empty() || ::getsockname(out.fds[0], reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int error = out.fds.empty() ? EBADF : errno;
+    for (int f : out.fds) ::close(f);
+    throw std::runtime_error("listener \"" + listener.name + "\": the socket handed over is unusable: " +
+                             std::strerror(error));
+  }
+  out.bound = format_sockaddr(reinterpret_cast<const sockaddr*>(&addr));
+  while (out.fds.size() < count) {
+    int error = 0;
+    const int fd = open_one(reinterpret_cast<const sockaddr*>(&addr), len, listener, true, true, error);
+    if (fd < 0) {
+      for (int f : out.fds) ::close(f);
+      throw std::runtime_error("listener \"" + listener.name + "\": cannot listen on " + out.bound + ": " +
+                               std::strerror(error));
+    }
+    out.fds.push_back(fd);
+  }
+  return out;
+}
+
 }  // namespace sluice

@@ -24,4 +24,11 @@ struct ListeningSockets {
 // split its connections between two configurations.
 ListeningSockets open_listening_sockets(const ListenerConfig& listener, unsigned count);
 
+// A binary upgrade: the listening sockets `fds` of `listener` came from the
+// process that served before. When they are fewer than `count`, more are
+// bound beside them (SO_REUSEPORT, same address); `bound` is the address
+// they listen on. Throws std::runtime_error like open_listening_sockets
+// (after closing every socket it was given or opened).
+ListeningSockets adopt_listening_sockets(const ListenerConfig& listener, std::vector<int> fds, unsigned count);
+
 }  // namespace sluice

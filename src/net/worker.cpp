@@ -14,6 +14,7 @@
 #include "proxy/session.hpp"
 #include "proxy/socket_options.hpp"
 #include "runtime/snapshot.hpp"
+#include "upgrade/channel.hpp"
 
 namespace sluice {
 
@@ -24,6 +25,11 @@ constexpr unsigned kFirstBackoffMs = 100;
 // so that one busy listener cannot starve the sessions of this worker.
 constexpr int kAcceptBatch = 64;
 constexpr unsigned kMaxBackoffMs = 500;
+// Binary upgrade: how often the worker looks for quiet sessions to move,
+// how many it moves per look, and how long a send may wait for room.
+constexpr std::uint64_t kMoveEveryMs = 5;
+constexpr int kMovesPerTurn = 256;
+constexpr int kMoveSendTimeoutMs = 2000;
 
 uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
@@ -170,6 +176,8 @@ void Worker::drain_mailbox() {
       case WorkerCommand::Kind::update: apply_update(c); break;
       case WorkerCommand::Kind::close_sessions: close_sessions(c); break;
       case WorkerCommand::Kind::stop: begin_stop(); break;
+      case WorkerCommand::Kind::hand_over: begin_hand_over(c.channel); break;
+      case WorkerCommand::Kind::adopt: adopt(c); break;
       case WorkerCommand::Kind::stop_now:
         begin_stop();
         each_session([](Session& s) { s.terminate(Cause::shutdown); });
@@ -244,7 +252,11 @@ void Worker::on_listener_handle_closed(uv_handle_t* h) {
 void Worker::close_listener(Listener& l) {
   l.removing = true;
   if (l.fd >= 0) {
-    ::close(l.fd);  // also leaves the Reactor's set
+    // Out of the set first: after a binary upgrade (or while the control
+    // loop holds a duplicate) the socket outlives this descriptor, and
+    // close(2) alone would leave it in the set, pointing at a freed Listener.
+    if (l.watched) reactor_->remove(l.fd);
+    ::close(l.fd);
     l.fd = -1;
     l.watched = false;
   }
@@ -387,6 +399,59 @@ void Worker::begin_stop() {
     uv_timer_start(&shutdown_timer_, on_shutdown_timer, ms, 0);
   }
   maybe_finish_stop();
+}
+
+void Worker::begin_hand_over(int channel) {
+  if (stopping_) return;
+  stopping_ = true;
+  channel_ = channel;
+  for (auto& l : listeners_) {
+    if (!l->removing) close_listener(*l);
+  }
+  if (session_count_ > 0) {
+    spdlog::info("worker {}: stopped accepting; handing {} session(s) over", id_, session_count_);
+    // Not needed for the stop's deadline (there is none): it paces the moves.
+    if (channel_ >= 0) uv_timer_start(&shutdown_timer_, on_move_timer, 0, kMoveEveryMs);
+  }
+  maybe_finish_stop();
+}
+
+void Worker::on_move_timer(uv_timer_t* t) { static_cast<Worker*>(t->data)->move_sessions(); }
+
+// Each session at its first quiet moment; one still prereading or
+// connecting finishes that step here first, one half closed ends here
+// (within its fin_timeout).
+void Worker::move_sessions() {
+  int moved = 0;
+  each_session([&](Session& s) {
+    if (channel_ < 0 || moved >= kMovesPerTurn || !s.movable()) return;
+    upgrade::Message m = s.hand_over_message();
+    if (std::string err = upgrade::send(channel_, m, kMoveSendTimeoutMs); !err.empty()) {
+      spdlog::warn("worker {}: cannot hand sessions over ({}); the {} left end here", id_, err, session_count_);
+      channel_ = -1;
+      uv_timer_stop(&shutdown_timer_);
+      return;
+    }
+    s.moved();
+    ++moved;
+  });
+}
+
+void Worker::adopt(WorkerCommand& c) {
+  upgrade::Message m;
+  m.kind = upgrade::Kind::session;
+  m.fields = std::move(c.record);
+  for (auto& [unused, fd] : c.open) m.fds.push_back(fd);
+  c.open.clear();
+  upgrade::SessionRecord r;
+  const long view = snapshot_ && !stopping_ ? snapshot_->find_listener(m.fields.empty() ? "" : m.fields[0]) : -1;
+  if (view < 0 || !upgrade::SessionRecord::from_message(m, r)) {
+    spdlog::warn("worker {}: a session handed over has no listener here (\"{}\"); it is closed", id_,
+                 m.fields.empty() ? "" : m.fields[0]);
+    m.close_fds();
+    return;
+  }
+  Session::adopt(*this, snapshot_, snapshot_->listeners[static_cast<std::size_t>(view)], m.fds[0], m.fds[1], r);
 }
 
 void Worker::on_shutdown_timer(uv_timer_t* t) {

@@ -39,7 +39,7 @@ class Snapshot;
 class Worker;
 
 struct WorkerCommand {
-  enum class Kind { update, close_sessions, stop, stop_now };
+  enum class Kind { update, close_sessions, stop, stop_now, hand_over, adopt };
   Kind kind = Kind::update;
 
   // update: the Snapshot new sessions use from now on, the listening sockets
@@ -54,6 +54,15 @@ struct WorkerCommand {
   // random moment within `spread` (0 = now).
   // stop: stop accepting, let sessions finish up to shutdown_timeout.
   // stop_now: as stop, and close every session at once (cause shutdown).
+  // hand_over: a new binary accepts on the same sockets now: stop accepting,
+  // send each session at a quiet moment over `channel` (-1: none; sessions
+  // then end here), and finish once no session is left (no
+  // shutdown_timeout).
+  // adopt: a session the old process handed over: its record, and its
+  // client and server sockets as the two entries of `open` (so that a
+  // command dropped unread closes them like any other socket).
+  int channel = -1;
+  std::vector<std::string> record;
   std::shared_ptr<const ServerState> server;
   Cause cause = Cause::none;
   Duration spread{0};
@@ -111,6 +120,10 @@ class Worker final : public SessionHost {
   void apply_update(WorkerCommand& c);
   void close_sessions(const WorkerCommand& c);
   void begin_stop();
+  void begin_hand_over(int channel);
+  void move_sessions();
+  void adopt(WorkerCommand& c);
+  static void on_move_timer(uv_timer_t* t);
   void maybe_finish_stop();
   void close_all();
   bool listen_on(Listener& l, int fd);
@@ -155,6 +168,7 @@ class Worker final : public SessionHost {
   std::uint64_t rng_ = 0x9E3779B97F4A7C15ULL;
   bool stopping_ = false;
   bool closed_ = false;
+  int channel_ = -1;  // binary upgrade: where sessions go (not ours to close)
 };
 
 }  // namespace sluice

@@ -51,6 +51,15 @@ void Connector::start(Upstream* upstream) {
   attempt();
 }
 
+void Connector::adopt(Upstream* upstream, Upstream* origin, long index, unsigned attempts) {
+  upstream_ = upstream;
+  origin_ = origin != nullptr ? origin : upstream;
+  index_ = index;
+  attempts_ = attempts;
+  upstream->adopt(static_cast<std::size_t>(index));
+  holding_ = true;
+}
+
 void Connector::release() {
   if (waiting_in_ != nullptr) {
     const long idx = leave_queue(false);

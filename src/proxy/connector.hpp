@@ -57,11 +57,15 @@ class Connector final : public Deferred {
   // The session no longer counts on this server (it ended, or moved on),
   // nor waits in a queue.
   void release();
+  // A session a binary upgrade handed over, connected to server `index` of
+  // `upstream` (routed to `origin`) after `attempts` tries.
+  void adopt(Upstream* upstream, Upstream* origin, long index, unsigned attempts);
 
   // The upstream in use: the one routed to, or a fallback it led to.
   Upstream* upstream() const { return upstream_; }
   // Whether the session was sent on to a fallback upstream.
   bool used_fallback() const { return upstream_ != origin_; }
+  Upstream* origin() const { return origin_; }
   // The server chosen last (connected, or the last one tried); null if none.
   ServerState* server() const;
   // The server the session counts on now (connecting or connected); null

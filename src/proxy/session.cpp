@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <cstring>
@@ -840,6 +841,125 @@ void Session::write_access_record(bool interim) {
   r.cause = cause_;
   r.interim = interim;
   snapshot_->access_log->write(r);
+}
+
+}  // namespace sluice
+
+namespace sluice {
+
+// ---- binary upgrade --------------------------------------------------------
+//
+// A session moves between two rounds of its worker, when nothing of it is
+// in sluice's hands: every byte read has been written, so the stream
+// resumes in the new process from what the kernel holds. Bytes that arrive
+// meanwhile wait in the sockets' buffers.
+
+bool Session::movable() const {
+  if (state_ != State::proxying || half_closed_ || close_at_ms_ != 0) return false;
+  if (extra_ && (!extra_->forward.empty() || extra_->pg_deadline_ms != 0)) return false;
+  if (c2s_.eof || s2c_.eof || c2s_.fin_sent || s2c_.fin_sent) return false;
+  if (!client_.open() || !server_.open()) return false;
+  if (spliced_) return splicer_->idle();
+  return c2s_.drained() && s2c_.drained();
+}
+
+upgrade::Message Session::hand_over_message() const {
+  const std::uint64_t now = uv_now(host_.loop());
+  upgrade::SessionRecord r;
+  r.listener = lv_.config->name;
+  if (const Upstream* up = connector_.upstream()) r.upstream = up->name();
+  if (const Upstream* origin = connector_.origin()) r.origin_upstream = origin->name();
+  if (const ServerState* st = connector_.server()) r.server_identity = server_identity(st->address);
+  if (peer_.sa.sa_family == AF_INET) r.peer.assign(reinterpret_cast<const char*>(&peer_.in4), sizeof peer_.in4);
+  if (peer_.sa.sa_family == AF_INET6) r.peer.assign(reinterpret_cast<const char*>(&peer_.in6), sizeof peer_.in6);
+  if (extra_) {
+    const SockAddr& d = extra_->proxied_destination;
+    if (d.sa.sa_family == AF_INET) r.destination.assign(reinterpret_cast<const char*>(&d.in4), sizeof d.in4);
+    if (d.sa.sa_family == AF_INET6) r.destination.assign(reinterpret_cast<const char*>(&d.in6), sizeof d.in6);
+  }
+  r.sni = sni();
+  r.alpn = alpn();
+  r.bytes_in = c2s_.bytes;
+  r.bytes_out = s2c_.bytes;
+  r.age_ms = now - start_ms_;
+  r.connect_ms = connected_ ? connected_ms_ - start_ms_ : 0;
+  r.idle_ms = now >= last_activity_ms_ ? now - last_activity_ms_ : 0;
+  r.tries = connector_.attempts();
+  return r.to_message(client_.fd, server_.fd);
+}
+
+void Session::moved() {
+  if (state_ == State::closing) return;
+  set_state(State::closing);
+  c2s_.stop();
+  s2c_.stop();
+  reactor().cancel(connector_);
+  host_.timers().cancel(timer_);
+  connector_.release();  // this process's count; the new one counts it now
+  if (splicer_) splicer_->close();
+  // The new process holds the same sockets: out of this epoll set first
+  // (a close(2) leaves it there while another descriptor refers to the
+  // socket), then this process's descriptors go, with neither FIN nor reset.
+  for (Leg* leg : {&client_, &server_}) {
+    if (leg->registered) reactor().remove(leg->fd);
+    leg->registered = false;
+    leg->close(false);
+  }
+  count_bytes();  // this process's figures, up to now
+  host_.unlink(*this);
+  host_.retire(*this);
+}
+
+void Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
+                    int client_fd, int server_fd, const upgrade::SessionRecord& r) {
+  auto* s = new Session(host, std::move(snapshot), lv);
+  s->client_.fd = client_fd;
+  s->server_.fd = server_fd;
+  if (r.peer.size() == sizeof(sockaddr_in) || r.peer.size() == sizeof(sockaddr_in6)) {
+    std::memcpy(&s->peer_, r.peer.data(), r.peer.size());
+  }
+  s->counted_ = true;
+  s->snapshot_->registry->counters().connections.fetch_add(1, std::memory_order_relaxed);
+  raise_peak(lv.stats->peak_active, lv.stats->active.fetch_add(1, std::memory_order_relaxed) + 1);
+  host.link(*s);
+  const std::uint64_t now = uv_now(host.loop());
+  s->start_ms_ = now - std::min(r.age_ms, now);
+  s->last_activity_ms_ = now - std::min(r.idle_ms, now);
+  s->connected_ = true;
+  s->connected_ms_ = s->start_ms_ + std::min(r.connect_ms, r.age_ms);
+  s->c2s_.bytes = s->counted_in_ = r.bytes_in;
+  s->s2c_.bytes = s->counted_out_ = r.bytes_out;
+  if (!r.sni.empty() || !r.alpn.empty() || !r.destination.empty()) {
+    Extra& x = s->extra();
+    x.sni = r.sni;
+    x.alpn = r.alpn;
+    if (r.destination.size() == sizeof(sockaddr_in) || r.destination.size() == sizeof(sockaddr_in6)) {
+      std::memcpy(&x.proxied_destination, r.destination.data(), r.destination.size());
+    }
+  }
+  if (Upstream* up = s->snapshot_->find_upstream(r.upstream); up != nullptr && !r.server_identity.empty()) {
+    for (std::size_t i = 0; i < up->size(); ++i) {
+      if (server_identity(up->server(i).address) == r.server_identity) {
+        Upstream* origin = r.origin_upstream.empty() ? nullptr : s->snapshot_->find_upstream(r.origin_upstream);
+        s->connector_.adopt(up, origin, static_cast<long>(i), static_cast<unsigned>(r.tries));
+        break;
+      }
+    }
+  }
+  if (const Duration every = s->snapshot_->config->global.log_interval; every.count() > 0) {
+    s->interim_at_ms_ = now + ms(every);
+  }
+  s->set_state(State::connecting);  // register_client() and the pumps expect a session past admission
+  if (!s->register_client()) return;
+  if (s->reactor().add(server_fd, Reactor::kStream, &s->server_) < 0) {
+    s->finish(Cause::local_resource);
+    return;
+  }
+  s->server_.registered = true;
+  // Whatever arrived meanwhile waits in the kernel: read at once.
+  s->client_.readable = true;
+  s->server_.readable = true;
+  s->start_proxying();
 }
 
 }  // namespace sluice

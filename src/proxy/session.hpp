@@ -23,6 +23,7 @@
 #include "proxy/session_host.hpp"
 #include "proxy/timer_queue.hpp"
 #include "sluice/cause.hpp"
+#include "upgrade/session_record.hpp"
 
 namespace sluice {
 
@@ -62,6 +63,21 @@ class Session {
   State state() const { return state_; }
   // The worker's TimerQueue callback: a deadline of the session is due.
   static void fire_timer(void* owner);
+
+  // ---- binary upgrade ----
+  // A quiet moment, when the session may move to a new process: proxying,
+  // no byte read and not yet written either way (no splice pipe holding
+  // any), no FIN seen, no end scheduled.
+  bool movable() const;
+  // Its record and sockets for the new process (the sockets stay ours).
+  upgrade::Message hand_over_message() const;
+  // Once the message has gone: leaves without a FIN, a reset or an access
+  // record (the new process carries on and writes the record at the end).
+  void moved();
+  // A session the old process handed over, proxying at once. The sockets
+  // are the session's from here on.
+  static void adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
+                    int client_fd, int server_fd, const upgrade::SessionRecord& r);
 
   // A Leg's events (see Leg::on_io).
   void on_leg_io(Leg& leg, std::uint32_t events);

@@ -59,6 +59,8 @@ class Splicer final : public Deferred {
   void on_io(Leg& leg);
   // Closes the pipes (the session closes the sockets).
   void close();
+  // No byte waits in either pipe (a binary upgrade may move the session).
+  bool idle() const { return c2s_.in_pipe == 0 && s2c_.in_pipe == 0; }
 
   void run_deferred() override;
 

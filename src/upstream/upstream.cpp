@@ -248,6 +248,16 @@ long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now, 
   return static_cast<long>(chosen);
 }
 
+void Upstream::adopt(std::size_t index) {
+  ServerState& s = *members_[index].state;
+  {
+    std::lock_guard lock(mu_);
+    raise_peak(s.peak_active, s.active.fetch_add(1, std::memory_order_relaxed) + 1);
+    publish(index);
+  }
+  s.notify(this);
+}
+
 void Upstream::release(std::size_t index) {
   ServerState& s = *members_[index].state;
   {

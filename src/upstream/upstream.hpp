@@ -68,6 +68,10 @@ class Upstream final : public ServerWatcher {
   // pick lock, so the next pick sees it); with a queue, the slot goes to its
   // oldest waiter. Thread-safe.
   void release(std::size_t index);
+  // A session a binary upgrade handed over, already on server `index`:
+  // counted in `active` as pick() counts one (its total_sessions was the
+  // old process's). Thread-safe.
+  void adopt(std::size_t index);
 
   // The wait queue (`queue` > 0), shared with the other configurations'
   // pools of the same name; null without one. Set once, before any pick.

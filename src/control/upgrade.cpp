@@ -1,0 +1,530 @@
+// A binary upgrade, both ends (docs/decisions.md has the design):
+//
+//   old (serving)                          new (started by the old)
+//   SIGUSR2 / POST /upgrade
+//   spawn <exe> <args>, fd 3 = channel ->  parses its configuration
+//                                       <- hello (format version, PID)
+//   listener x N, admin, go             ->  opens nothing it was given
+//                                           starts its workers: accepting
+//                                       <- ready (pid_file, MAINPID=)
+//   stops accepting, hands its sessions
+//   over, exits once it holds none
+//
+// Until "ready" the old process still accepts on the very same sockets: a
+// new binary that fails (exits, hangs past upgrade_timeout, refuses the
+// format) leaves nothing behind and the old one serves on.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "control/control.hpp"
+#include "net/listener.hpp"
+#include "net/worker.hpp"
+#include "sluice/time.hpp"
+#include "sluice_version.hpp"
+#include "upgrade/channel.hpp"
+
+extern char** environ;
+
+namespace sluice {
+
+namespace {
+
+uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
+
+// Blocking sends to a process that reads at once: a few seconds mean it is
+// stuck.
+constexpr int kSendTimeoutMs = 5000;
+// The most descriptors one message carries (the kernel's SCM_MAX_FD is 253).
+constexpr std::size_t kFdsPerMessage = 200;
+
+}  // namespace
+
+struct Control::Upgrade {
+  Control* control = nullptr;
+  std::string origin;
+  uv_process_t process{};
+  uv_poll_t poll{};
+  uv_timer_t timer{};
+  int fd = -1;           // our end of the channel
+  int pid = 0;
+  int handles = 0;       // open libuv handles; deleted when the last closes
+  bool process_open = false;
+  bool poll_open = false;
+  bool timer_open = false;
+  bool exited = false;
+  bool took_over = false;
+  bool done = false;     // failed: nothing it says matters any more
+  TimePoint started{};
+
+  static void on_closed(uv_handle_t* h) {
+    auto* u = static_cast<Upgrade*>(h->data);
+    if (--u->handles == 0) delete u;
+  }
+  // Once the new process has taken over, the workers send sessions on `fd`
+  // until they finish: it is closed only then (close_upgrade).
+  void close_poll(bool close_fd = true) {
+    if (poll_open) {
+      poll_open = false;
+      uv_close(as_handle(&poll), on_closed);
+    }
+    if (close_fd && fd >= 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  void close_timer() {
+    if (timer_open) {
+      timer_open = false;
+      uv_close(as_handle(&timer), on_closed);
+    }
+  }
+  void close_process() {
+    if (process_open) {
+      process_open = false;
+      uv_close(as_handle(&process), on_closed);
+    }
+  }
+};
+
+void Control::set_command(std::string exe, std::vector<std::string> args, std::string cwd) {
+  exe_ = std::move(exe);
+  args_ = std::move(args);
+  cwd_ = std::move(cwd);
+}
+
+admin::Outcome Control::upgrade(std::string_view origin) {
+  if (stopping_ || handed_over_) {
+    spdlog::warn("received {} while stopping: upgrade refused", origin);
+    return {false, "sluice is stopping: upgrade refused"};
+  }
+  if (upgrade_ != nullptr) {
+    spdlog::warn("received {}: an upgrade is already under way (new process {}); refused", origin, upgrade_->pid);
+    return {false, "an upgrade is already under way (new process " + std::to_string(upgrade_->pid) + ")"};
+  }
+  spdlog::info("received {}: upgrading: starting {}", origin, exe_);
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    const std::string why = std::string("cannot make the hand-over channel: ") + std::strerror(errno);
+    spdlog::error("upgrade failed, this process serves on: {}", why);
+    upgrade_state_ = "failed";
+    upgrade_message_ = why;
+    return {false, why};
+  }
+  std::vector<std::string> arg_text{exe_};
+  arg_text.insert(arg_text.end(), args_.begin(), args_.end());
+  std::vector<char*> argv;
+  for (std::string& a : arg_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The environment as it is, with the channel's descriptor named.
+  std::vector<std::string> env_text;
+  const std::string prefix = std::string(upgrade::kFdEnv) + "=";
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) env_text.emplace_back(*e);
+  }
+  env_text.push_back(prefix + "3");
+  std::vector<char*> env;
+  for (std::string& e : env_text) env.push_back(e.data());
+  env.push_back(nullptr);
+
+  uv_stdio_container_t stdio[4];
+  for (int i = 0; i < 3; ++i) {
+    stdio[i].flags = UV_INHERIT_FD;
+    stdio[i].data.fd = i;
+  }
+  stdio[3].flags = UV_INHERIT_FD;
+  stdio[3].data.fd = sv[1];
+
+  auto* u = new Upgrade;
+  u->control = this;
+  u->origin = std::string(origin);
+  u->fd = sv[0];
+  u->started = Clock::now();
+  uv_process_options_t o{};
+  o.file = exe_.c_str();
+  o.args = argv.data();
+  o.env = env.data();
+  o.cwd = cwd_.empty() ? nullptr : cwd_.c_str();
+  o.stdio_count = 4;
+  o.stdio = stdio;
+  o.exit_cb = [](uv_process_t* p, int64_t status, int signal) {
+    auto* up = static_cast<Upgrade*>(p->data);
+    up->exited = true;
+    up->close_process();
+    if (up->done || up->took_over) {
+      if (up->took_over && !up->done) {
+        spdlog::warn("upgrade: the new process {} exited (status {}{}) after taking over", up->pid, status,
+                     signal != 0 ? ", signal " + std::to_string(signal) : std::string());
+      }
+      return;
+    }
+    up->control->upgrade_failed(*up, "the new process " + std::to_string(up->pid) + " exited with status " +
+                                         std::to_string(status) +
+                                         (signal != 0 ? " (signal " + std::to_string(signal) + ")" : std::string()) +
+                                         " before taking over; its own messages say why");
+  };
+  u->process.data = u;
+  const int rc = uv_spawn(loop_, &u->process, &o);
+  ::close(sv[1]);
+  ++u->handles;
+  u->process_open = true;
+  if (rc != 0) {
+    u->exited = true;
+    u->close_process();
+    upgrade_failed(*u, "cannot start " + exe_ + ": " + uv_strerror(rc));
+    return {false, "cannot start " + exe_ + ": " + uv_strerror(rc)};
+  }
+  u->pid = u->process.pid;
+  upgrade_ = u;
+
+  uv_poll_init(loop_, &u->poll, u->fd);
+  u->poll.data = u;
+  ++u->handles;
+  u->poll_open = true;
+  uv_poll_start(&u->poll, UV_READABLE, [](uv_poll_t* h, int, int) {
+    auto* up = static_cast<Upgrade*>(h->data);
+    up->control->on_upgrade_message(*up);
+  });
+  uv_timer_init(loop_, &u->timer);
+  u->timer.data = u;
+  ++u->handles;
+  u->timer_open = true;
+  const Duration timeout = snapshot_->config->global.upgrade_timeout;
+  uv_timer_start(&u->timer, [](uv_timer_t* t) {
+    auto* up = static_cast<Upgrade*>(t->data);
+    const Duration d = up->control->snapshot_->config->global.upgrade_timeout;
+    up->control->upgrade_failed(*up, "the new process " + std::to_string(up->pid) + " did not take over within " +
+                                         "upgrade_timeout " + format_duration(d) + "; it is killed");
+  }, static_cast<std::uint64_t>(timeout.count()), 0);
+  upgrade_state_ = "starting";
+  upgrade_message_ = "new process " + std::to_string(u->pid) + " started by " + std::string(origin);
+  spdlog::info("upgrade: new process {} started; waiting up to {} for it to take over", u->pid,
+               format_duration(timeout));
+  return {true, "upgrade started: new process " + std::to_string(u->pid)};
+}
+
+void Control::upgrade_failed(Upgrade& u, const std::string& why) {
+  if (u.done) return;
+  u.done = true;
+  spdlog::error("upgrade failed, this process serves on: {}", why);
+  upgrade_state_ = "failed";
+  upgrade_message_ = why;
+  if (upgrade_ == &u) upgrade_ = nullptr;
+  // Killed, not asked: it may hold copies of the listening sockets, and
+  // must not accept from them once this process has decided to go on.
+  if (!u.exited && u.process_open) uv_process_kill(&u.process, SIGKILL);
+  u.close_poll();
+  u.close_timer();
+  // The process handle closes in its exit callback (which reaps it).
+}
+
+void Control::on_upgrade_message(Upgrade& u) {
+  while (u.fd >= 0) {
+    upgrade::Message m;
+    std::string err;
+    const upgrade::RecvStatus st = upgrade::receive(u.fd, m, err);
+    if (st == upgrade::RecvStatus::again) return;
+    if (st != upgrade::RecvStatus::ok) {
+      if (u.took_over) {
+        spdlog::warn("upgrade: the new process {} closed the hand-over channel; sessions not yet handed over end "
+                     "here", u.pid);
+        u.close_poll(false);
+        return;
+      }
+      if (st == upgrade::RecvStatus::closed && !u.exited) {
+        // It is exiting, most likely: its exit status says more than the
+        // closed channel (the exit callback, or upgrade_timeout, ends it).
+        u.close_poll();
+        return;
+      }
+      upgrade_failed(u, st == upgrade::RecvStatus::closed
+                            ? "the new process " + std::to_string(u.pid) + " closed the hand-over channel"
+                            : "hand-over channel: " + err);
+      return;
+    }
+    m.close_fds();  // the new process sends none
+    if (m.version != upgrade::kFormatVersion) {
+      const std::string why = "the new binary speaks hand-over format " + std::to_string(m.version) +
+                              ", this one format " + std::to_string(upgrade::kFormatVersion);
+      upgrade::Message refuse;
+      refuse.kind = upgrade::Kind::refuse;
+      refuse.fields = {why};
+      upgrade::send(u.fd, refuse, kSendTimeoutMs);
+      upgrade_failed(u, why + ": refused");
+      return;
+    }
+    if (m.kind == upgrade::Kind::hello) {
+      spdlog::info("upgrade: new process {} ({}) checked its configuration; handing over the listening sockets",
+                   u.pid, m.fields.size() > 1 ? m.fields[1] : std::string("?"));
+      std::string send_error;
+      for (const auto& s : sockets_) {
+        for (std::size_t at = 0; at < s->dups.size() && send_error.empty(); at += kFdsPerMessage) {
+          upgrade::Message l;
+          l.kind = upgrade::Kind::listener;
+          l.fields = {s->key, s->listener, s->bound};
+          const std::size_t end = std::min(s->dups.size(), at + kFdsPerMessage);
+          l.fds.assign(s->dups.begin() + static_cast<long>(at), s->dups.begin() + static_cast<long>(end));
+          send_error = upgrade::send(u.fd, l, kSendTimeoutMs);
+        }
+      }
+      // Server state, so that the new process neither checks from scratch
+      // nor forgets a drain or a weight set through the admin API.
+      for (const auto& server : registry_.servers()) {
+        if (!send_error.empty()) break;
+        upgrade::Message sm;
+        sm.kind = upgrade::Kind::server;
+        sm.fields = {server->upstream, server_identity(server->address),
+                     upgrade::field(static_cast<std::uint64_t>(server->active_state())),
+                     upgrade::field(static_cast<std::uint64_t>(server->admin())),
+                     upgrade::field(server->weight_override()), upgrade::field(server->weight_override_base())};
+        send_error = upgrade::send(u.fd, sm, kSendTimeoutMs);
+      }
+      if (send_error.empty() && admin_http_ && admin_http_->listening_fd() >= 0) {
+        upgrade::Message a;
+        a.kind = upgrade::Kind::admin;
+        a.fields = {admin_http_->bound()};
+        a.fds = {admin_http_->listening_fd()};
+        send_error = upgrade::send(u.fd, a, kSendTimeoutMs);
+      }
+      if (send_error.empty()) {
+        upgrade::Message go;
+        go.kind = upgrade::Kind::go;
+        send_error = upgrade::send(u.fd, go, kSendTimeoutMs);
+      }
+      if (!send_error.empty()) {
+        upgrade_failed(u, "cannot hand over the listening sockets: " + send_error);
+        return;
+      }
+      continue;
+    }
+    if (m.kind == upgrade::Kind::ready && !u.took_over) {
+      on_taken_over(u);
+      continue;
+    }
+  }
+}
+
+void Control::on_taken_over(Upgrade& u) {
+  u.took_over = true;
+  u.close_timer();
+  const auto took = std::chrono::duration_cast<Duration>(Clock::now() - u.started);
+  spdlog::info("upgrade: new process {} serves now (took over in {}); this process stops accepting and finishes "
+               "its sessions",
+               u.pid, format_duration(took));
+  upgrade_state_ = "handed_over";
+  upgrade_message_ = "new process " + std::to_string(u.pid) + " serves";
+  handed_over_ = true;
+  stopping_ = true;
+  // The new process holds the same sockets: nothing is refused when these
+  // copies close.
+  for (auto& s : sockets_) s->close_dups();
+  uv_unref(as_handle(&signal_poll_));
+  uv_unref(as_handle(&tick_));
+  if (u.poll_open) uv_unref(as_handle(&u.poll));
+  if (u.process_open) uv_unref(as_handle(&u.process));
+  // Closed once (its handles close asynchronously; the object stays until
+  // the loop has ended). The new process answers on the same socket.
+  if (admin_http_) admin_http_->close([] {});
+  for (auto& w : workers_) {
+    WorkerCommand c = WorkerCommand::of(WorkerCommand::Kind::hand_over);
+    c.channel = u.fd;
+    w->post(std::move(c));
+  }
+}
+
+void Control::close_upgrade() {
+  if (takeover_poll_open_) {
+    takeover_poll_open_ = false;
+    uv_close(as_handle(&takeover_poll_), nullptr);
+  }
+  if (takeover_fd_ >= 0) {
+    ::close(takeover_fd_);
+    takeover_fd_ = -1;
+  }
+  if (upgrade_ == nullptr) return;
+  upgrade_->done = true;
+  upgrade_->close_poll();
+  upgrade_->close_timer();
+  upgrade_->close_process();
+  upgrade_ = nullptr;
+}
+
+// ---- the new process -------------------------------------------------------
+
+std::string Control::receive_handover() {
+  const int fd = takeover_fd_;
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  upgrade::Message hello;
+  hello.kind = upgrade::Kind::hello;
+  hello.fields = {std::to_string(::getpid()), std::string("sluice ") + SLUICE_VERSION};
+  if (std::string err = upgrade::send(fd, hello, kSendTimeoutMs); !err.empty()) return "cannot greet the serving process: " + err;
+  const TimePoint deadline = Clock::now() + initial_->global.upgrade_timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return "the serving process handed nothing over in time";
+    upgrade::Message m;
+    std::string err;
+    const upgrade::RecvStatus st = upgrade::receive_wait(fd, m, err, static_cast<int>(left));
+    if (st == upgrade::RecvStatus::again) continue;
+    if (st == upgrade::RecvStatus::closed) return "the serving process closed the hand-over channel";
+    if (st == upgrade::RecvStatus::error) return "hand-over channel: " + err;
+    if (m.version != upgrade::kFormatVersion) {
+      m.close_fds();
+      return "the serving process speaks hand-over format " + std::to_string(m.version) + ", this binary format " +
+             std::to_string(upgrade::kFormatVersion);
+    }
+    switch (m.kind) {
+      case upgrade::Kind::listener:
+        if (m.fields.empty()) {
+          m.close_fds();
+          break;
+        }
+        for (int f : m.fds) inherited_[m.fields[0]].push_back(f);
+        m.fds.clear();
+        break;
+      case upgrade::Kind::admin:
+        if (!m.fds.empty() && inherited_admin_ < 0) {
+          inherited_admin_ = m.fds[0];
+          m.fds.erase(m.fds.begin());
+        }
+        m.close_fds();
+        break;
+      case upgrade::Kind::server:
+        m.close_fds();
+        if (m.fields.size() == 6) inherited_servers_.push_back(std::move(m.fields));
+        break;
+      case upgrade::Kind::go:
+        return {};
+      case upgrade::Kind::refuse:
+        return "refused by the serving process: " + (m.fields.empty() ? std::string("?") : m.fields[0]);
+      default:
+        m.close_fds();
+        break;
+    }
+  }
+}
+
+void Control::restore_servers() {
+  std::size_t restored = 0;
+  for (const auto& st : registry_.servers()) {
+    const std::string id = server_identity(st->address);
+    for (const auto& f : inherited_servers_) {
+      if (f[0] != st->upstream || f[1] != id) continue;
+      const auto active = static_cast<ActiveState>(upgrade::number(f[2]));
+      const auto admin = static_cast<AdminState>(upgrade::number(f[3]));
+      if (active == ActiveState::up || active == ActiveState::down) {
+        st->set_active(active, "as the previous process had it");
+      }
+      if (admin == AdminState::drain || admin == AdminState::disabled) st->set_admin(admin);
+      if (const std::uint64_t w = upgrade::number(f[4]); w != 0) {
+        st->set_weight_override(static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(upgrade::number(f[5])));
+      }
+      ++restored;
+      break;
+    }
+  }
+  spdlog::info("upgrade: the state of {} server(s) carried over", restored);
+  inherited_servers_.clear();
+}
+
+bool Control::take_inherited(const ListenerConfig& l, const std::string& key, std::vector<int>& fds,
+                             std::string& bound) {
+  auto it = inherited_.find(key);
+  if (it == inherited_.end()) return false;
+  std::vector<int> given = std::move(it->second);
+  inherited_.erase(it);
+  ListeningSockets ls = adopt_listening_sockets(l, std::move(given), nworkers_);
+  fds = std::move(ls.fds);
+  bound = std::move(ls.bound);
+  return true;
+}
+
+void Control::announce_takeover() {
+  // An admin socket the configuration no longer has.
+  if (inherited_admin_ >= 0) {
+    ::close(inherited_admin_);
+    inherited_admin_ = -1;
+  }
+  write_pid_file();
+  notify_systemd("MAINPID=" + std::to_string(::getpid()) + "\nREADY=1\nSTATUS=running (upgraded), configuration generation " +
+                 std::to_string(generation_));
+  upgrade::Message ready;
+  ready.kind = upgrade::Kind::ready;
+  if (std::string err = upgrade::send(takeover_fd_, ready, kSendTimeoutMs); !err.empty()) {
+    spdlog::warn("upgrade: cannot tell the old process that this one serves: {}", err);
+  }
+  spdlog::info("upgrade: this process ({}) serves now", ::getpid());
+  uv_poll_init(loop_, &takeover_poll_, takeover_fd_);
+  takeover_poll_.data = this;
+  takeover_poll_open_ = true;
+  uv_poll_start(&takeover_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+    static_cast<Control*>(h->data)->on_handed_sessions();
+  });
+  upgrade_state_ = "took_over";
+  upgrade_message_ = "this process took over from the previous one";
+}
+
+void Control::on_handed_sessions() {
+  while (takeover_poll_open_) {
+    upgrade::Message m;
+    std::string err;
+    const upgrade::RecvStatus st = upgrade::receive(takeover_fd_, m, err);
+    if (st == upgrade::RecvStatus::again) return;
+    if (st != upgrade::RecvStatus::ok) {
+      // The old process has exited (or gave up): every session it handed
+      // over is here.
+      if (st == upgrade::RecvStatus::error) spdlog::warn("upgrade: hand-over channel: {}", err);
+      spdlog::info("upgrade: the old process is done; {} session(s) handed over", sessions_adopted_);
+      takeover_poll_open_ = false;
+      uv_close(as_handle(&takeover_poll_), nullptr);
+      ::close(takeover_fd_);
+      takeover_fd_ = -1;
+      upgrade_message_ = "took over from the previous process with " + std::to_string(sessions_adopted_) +
+                         " session(s)";
+      return;
+    }
+    if (m.version != upgrade::kFormatVersion || m.kind != upgrade::Kind::session || m.fds.size() != 2 ||
+        workers_.empty() || stopping_) {
+      m.close_fds();
+      continue;
+    }
+    WorkerCommand c = WorkerCommand::of(WorkerCommand::Kind::adopt);
+    c.record = std::move(m.fields);
+    c.open = {{0, m.fds[0]}, {0, m.fds[1]}};
+    workers_[next_adopter_++ % workers_.size()]->post(std::move(c));
+    ++sessions_adopted_;
+  }
+}
+
+void Control::write_pid_file() {
+  const std::string& path = snapshot_->config->global.pid_file;
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string text = std::to_string(::getpid()) + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  if (fd >= 0) ok = ::close(fd) == 0 && ok;
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    spdlog::warn("cannot write pid_file {}: {}", path, std::strerror(errno));
+    ::unlink(tmp.c_str());
+    return;
+  }
+  pid_file_ = path;
+}
+
+void Control::remove_pid_file() {
+  if (pid_file_.empty()) return;
+  // Only while it names this process: after an upgrade it names the new one.
+  std::ifstream in(pid_file_);
+  long pid = 0;
+  if (in >> pid && pid == static_cast<long>(::getpid())) ::unlink(pid_file_.c_str());
+}
+
+}  // namespace sluice

@@ -1,0 +1,63 @@
+// The hand-over channel of a binary upgrade: a Unix SOCK_SEQPACKET socket
+// pair between the serving process and the new one it started. Each message
+// is one datagram: a header (magic, format version, kind), a payload of a
+// few fields, and descriptors passed with SCM_RIGHTS. A datagram is never
+// split or merged, so a message arrives whole with its descriptors or not at
+// all.
+//
+// Only the two sluice processes speak it; the format version is in every
+// header, and the first message (hello) is where a new binary that speaks
+// another version is told so and refused, before anything is handed over.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sluice::upgrade {
+
+// Raised whenever a message's layout or meaning changes.
+inline constexpr std::uint16_t kFormatVersion = 1;
+
+// The environment variable that names the new process's end of the channel.
+inline constexpr const char* kFdEnv = "SLUICE_UPGRADE_FD";
+
+enum class Kind : std::uint16_t {
+  hello = 1,     // new -> old: the format version it speaks, its PID
+  refuse = 2,    // old -> new: the hand-over is off (reason in the payload)
+  listener = 3,  // old -> new: one listening address: key, bound address; its sockets
+  admin = 4,     // old -> new: the admin API's listening socket
+  go = 5,        // old -> new: everything is handed over, start serving
+  ready = 6,     // new -> old: accepting now; stop accepting
+  session = 7,   // old -> new: one live session: its record; client and server sockets
+  server = 8,    // old -> new: runtime state of one server
+};
+
+struct Message {
+  std::uint16_t version = kFormatVersion;
+  Kind kind = Kind::hello;
+  // Fields, in order; each a string of bytes (numbers as decimal text:
+  // readable in a trace and independent of either build's layout).
+  std::vector<std::string> fields;
+  std::vector<int> fds;  // owned by whoever holds the message
+
+  void close_fds();
+};
+
+// Sends `m` (blocking up to `timeout_ms` for room). Returns "" or the error.
+std::string send(int fd, const Message& m, int timeout_ms);
+
+enum class RecvStatus { ok, again, closed, error };
+// Receives one message without blocking. On `ok`, `m` holds it (its
+// descriptors are the caller's). `error` names what was wrong.
+RecvStatus receive(int fd, Message& m, std::string& error);
+// As receive(), waiting up to `timeout_ms` for a message.
+RecvStatus receive_wait(int fd, Message& m, std::string& error, int timeout_ms);
+
+// Numbers as fields.
+std::string field(std::uint64_t v);
+std::uint64_t number(std::string_view s);
+
+}  // namespace sluice::upgrade

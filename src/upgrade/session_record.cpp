@@ -1,0 +1,39 @@
+#include "upgrade/session_record.hpp"
+
+namespace sluice::upgrade {
+
+namespace {
+constexpr std::size_t kFields = 14;
+}  // namespace
+
+Message SessionRecord::to_message(int client_fd, int server_fd) const {
+  Message m;
+  m.kind = Kind::session;
+  m.fields = {listener,        upstream,         origin_upstream,  server_identity, peer,
+              destination,     sni,              alpn,             field(bytes_in), field(bytes_out),
+              field(age_ms),   field(connect_ms), field(idle_ms),  field(tries)};
+  m.fds = {client_fd, server_fd};
+  return m;
+}
+
+bool SessionRecord::from_message(const Message& m, SessionRecord& out) {
+  if (m.kind != Kind::session || m.fields.size() != kFields || m.fds.size() != 2) return false;
+  const auto& f = m.fields;
+  out.listener = f[0];
+  out.upstream = f[1];
+  out.origin_upstream = f[2];
+  out.server_identity = f[3];
+  out.peer = f[4];
+  out.destination = f[5];
+  out.sni = f[6];
+  out.alpn = f[7];
+  out.bytes_in = number(f[8]);
+  out.bytes_out = number(f[9]);
+  out.age_ms = number(f[10]);
+  out.connect_ms = number(f[11]);
+  out.idle_ms = number(f[12]);
+  out.tries = number(f[13]);
+  return true;
+}
+
+}  // namespace sluice::upgrade

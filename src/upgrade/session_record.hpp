@@ -1,0 +1,40 @@
+// What a live session needs to carry on in a new process after a binary
+// upgrade, besides its two sockets: where it belongs (listener, upstream,
+// server identity, so that least_conn counts, max_conns and health
+// bookkeeping stay exact), what it has done (bytes, tries, times as ages so
+// that two processes' clocks need not agree), and what a preread or a PROXY
+// header learnt. Its access record is written by the process that ends it,
+// with these figures included.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "upgrade/channel.hpp"
+
+namespace sluice::upgrade {
+
+struct SessionRecord {
+  std::string listener;
+  std::string upstream;         // the upstream in use (a fallback, maybe)
+  std::string origin_upstream;  // the one routed to
+  std::string server_identity;  // server_identity(address): family, IP, scope, port
+  std::string peer;             // the client's address (sockaddr bytes; empty: unknown)
+  std::string destination;      // from a PROXY header (sockaddr bytes; empty: none)
+  std::string sni;
+  std::string alpn;
+  std::uint64_t bytes_in = 0;   // client -> server, delivered
+  std::uint64_t bytes_out = 0;  // server -> client, delivered
+  std::uint64_t age_ms = 0;     // since accept
+  std::uint64_t connect_ms = 0; // from accept to connected
+  std::uint64_t idle_ms = 0;    // since the last byte either way
+  std::uint64_t tries = 0;
+
+  // The message, with the client's and the server's sockets (not owned).
+  Message to_message(int client_fd, int server_fd) const;
+  // False when `m` is not a whole session record (its descriptors are then
+  // still the caller's to close).
+  static bool from_message(const Message& m, SessionRecord& out);
+};
+
+}  // namespace sluice::upgrade

@@ -1,0 +1,480 @@
+"""Binary upgrade (SIGUSR2, POST /upgrade): the new process takes the
+listening sockets over and every live session, the old one exits once it
+holds none; a new binary that fails leaves the old one serving
+(docs/operations.md, "Upgrading the binary")."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness import wait_until
+
+LISTENING_RX = r'listener "(?P<name>[^"]+)" listening on (?P<addr>\S+)'
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def install(binary: Path, source: Path) -> None:
+    """Installs `source` at `binary` the way a package manager does: a new
+    file renamed over the old one (the running process keeps its inode)."""
+    tmp = binary.with_name(binary.name + ".new")
+    shutil.copy2(source, tmp)
+    os.rename(tmp, binary)
+
+
+def install_script(binary: Path, text: str) -> None:
+    tmp = binary.with_name(binary.name + ".new")
+    tmp.write_text(text)
+    tmp.chmod(0o755)
+    os.rename(tmp, binary)
+
+
+class Instance:
+    """sluice started from a copy of the binary under test, with a pid_file and
+    an admin API; follows the serving process across upgrades."""
+
+    def __init__(self, tmp_path: Path, backend_addr: str, workers: int = 1,
+                 extra_listeners: str = "", upgrade_timeout: str = "5s", log_level: str = "info", route: str = 'upstream = "up"'):
+        self.dir = tmp_path
+        self.bin = tmp_path / "bin" / "sluice"
+        self.bin.parent.mkdir()
+        shutil.copy2(harness.sluice_bin(), self.bin)
+        self.pid_file = tmp_path / "sluice.pid"
+        self.access_log = tmp_path / "access.log"
+        self.config = tmp_path / "sluice.toml"
+        self.text = f"""
+[global]
+workers = {workers}
+access_log = "{self.access_log}"
+pid_file = "{self.pid_file}"
+upgrade_timeout = "{upgrade_timeout}"
+shutdown_timeout = "2s"
+log_level = "{log_level}"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[listener]]
+name = "main"
+listen = "127.0.0.1:0"
+{route}
+{extra_listeners}
+[upstream.up]
+servers = [{{ address = "{backend_addr}" }}]
+"""
+        self.config.write_text(self.text)
+        self.proc = subprocess.Popen([str(self.bin), "-c", str(self.config)], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+        self.log = harness.LineLog(self.proc.stdout)
+        self.addrs = {}
+        m = self.log.wait_for(LISTENING_RX, timeout=harness.START_TIMEOUT)
+        self.addrs[m.group("name")] = harness.split_addr(m.group("addr"))
+        m = self.log.wait_for(r"admin API listening on (?P<addr>\S+)", timeout=harness.START_TIMEOUT)
+        self.admin = harness.split_addr(m.group("addr"))
+        wait_until(lambda: self.serving_pid() == self.proc.pid, what="pid_file names the first process")
+        self.pids = [self.proc.pid]
+
+    def serving_pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def addr(self, name="main"):
+        return self.addrs[name]
+
+    def admin_request(self, method: str, path: str, body: str | None = None):
+        c = http.client.HTTPConnection(*self.admin, timeout=10)
+        try:
+            c.request(method, path, body=body)
+            r = c.getresponse()
+            return r.status, json.loads(r.read() or b"null")
+        finally:
+            c.close()
+
+    def upgrade(self, via_http: bool = False) -> int:
+        """Upgrades and waits until a new process serves; returns its PID."""
+        before = self.serving_pid()
+        if via_http:
+            status, body = self.admin_request("POST", "/upgrade")
+            assert status == 202, body
+        else:
+            os.kill(before, signal.SIGUSR2)
+        wait_until(lambda: self.serving_pid() not in (None, before), timeout=30, what="a new process serves")
+        pid = self.serving_pid()
+        self.pids.append(pid)
+        return pid
+
+    def stop(self):
+        for pid in self.pids:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGTERM)
+        wait_until(lambda: not any(pid_alive(p) for p in self.pids), timeout=15, what="every process exited")
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=5)
+        # The process that served last removed its pid_file at exit.
+        assert not self.pid_file.exists()
+        assert not self.log.matches(r"live handles|\[critical\]|\[error\] (?!upgrade failed)"), \
+            self.log.matches(r"live handles|\[critical\]|\[error\]")
+
+    def records(self):
+        if not self.access_log.exists():
+            return []
+        return [harness.parse_access_line(l) for l in self.access_log.read_text().splitlines() if l.strip()]
+
+
+@pytest.fixture
+def instance(tmp_path, backends):
+    made = []
+
+    def make(**kw):
+        b = backends()
+        inst = Instance(tmp_path, b.address, **kw)
+        made.append(inst)
+        return inst
+
+    yield make
+    for inst in made:
+        inst.stop()
+
+
+class ShortClients:
+    """Steady short connections (connect, echo, close) until stopped; every
+    failure is kept."""
+
+    def __init__(self, addr, threads=2):
+        self.addr = addr
+        self.stop_flag = threading.Event()
+        self.ok = 0
+        self.failures: list[str] = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, i):
+        n = 0
+        while not self.stop_flag.is_set():
+            n += 1
+            payload = f"short {i} {n}\n".encode() * 10
+            try:
+                with socket.create_connection(self.addr, timeout=10) as s:
+                    s.sendall(payload)
+                    s.shutdown(socket.SHUT_WR)
+                    got = harness.recv_all(s)
+                if got != payload:
+                    raise AssertionError(f"echo mismatch: {len(got)} of {len(payload)} bytes")
+                with self.lock:
+                    self.ok += 1
+            except Exception as e:  # noqa: BLE001 -- every kind of failure counts
+                with self.lock:
+                    self.failures.append(repr(e))
+
+    def finish(self):
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(30)
+        return self.ok, self.failures
+
+
+def echo_roundtrip(sock: socket.socket, data: bytes) -> None:
+    sock.sendall(data)
+    assert harness.recv_exact(sock, len(data)) == data
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_upgrade_keeps_every_connection_and_exits_the_old_process(instance, workers):
+    inst = instance(workers=workers)
+    old = inst.serving_pid()
+    long_plain = harness.connect(*inst.addr())
+    echo_roundtrip(long_plain, b"before\n")
+    clients = ShortClients(inst.addr())
+    wait_until(lambda: clients.ok >= 20, timeout=30, what="short clients running")
+    install(inst.bin, harness.sluice_bin())
+    new = inst.upgrade()
+    assert new != old
+    # The old process's executable is the file that was replaced; the new
+    # one runs the installed file.
+    assert os.readlink(f"/proc/{new}/exe") == str(inst.bin)
+    ok_at_upgrade = clients.ok
+    wait_until(lambda: clients.ok >= ok_at_upgrade + 20, timeout=30, what="short clients after the upgrade")
+    # The old process hands the long session over and exits while it is
+    # still open; it carries on in the new one.
+    wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+    assert inst.proc.wait(timeout=10) == 0, "the old process's exit status"
+    echo_roundtrip(long_plain, b"after\n" * 1000)
+    status, body = inst.admin_request("GET", "/status")
+    assert status == 200 and body["pid"] == new
+    assert body["connections"] >= 1
+    long_plain.close()
+    ok, failures = clients.finish()
+    if failures:
+        (inst.dir / "sluice.log").write_text("\n".join(inst.log.lines))
+    assert not failures, failures[:5]
+    # One record per session: the short ones and the long one.
+    wait_until(lambda: len(inst.records()) == ok + 1, timeout=15,
+               what=f"{ok + 1} access records (have {len(inst.records())})")
+    assert inst.serving_pid() == new
+
+
+def test_post_upgrade_twice_and_again(instance):
+    inst = instance()
+    pids = {inst.serving_pid()}
+    for via_http in (True, False, True):
+        install(inst.bin, harness.sluice_bin())
+        pids.add(inst.upgrade(via_http=via_http))
+        with harness.connect(*inst.addr()) as s:
+            echo_roundtrip(s, b"x" * 100)
+    assert len(pids) == 4
+    for pid in list(pids)[:-1]:
+        if pid != inst.serving_pid():
+            wait_until(lambda p=pid: not pid_alive(p), timeout=15, what=f"old process {pid} exits")
+
+
+def failed_upgrade_keeps_serving(inst: Instance, why_rx: str, wait: float = 30):
+    serving = inst.serving_pid()
+    long_plain = harness.connect(*inst.addr())
+    echo_roundtrip(long_plain, b"before\n")
+    clients = ShortClients(inst.addr())
+    wait_until(lambda: clients.ok >= 10, timeout=30, what="short clients running")
+    os.kill(serving, signal.SIGUSR2)
+    inst.log.wait_for(r"upgrade failed, this process serves on: " + why_rx, timeout=wait)
+    ok_then = clients.ok
+    wait_until(lambda: clients.ok >= ok_then + 10, timeout=30, what="short clients after the failed upgrade")
+    ok, failures = clients.finish()
+    assert not failures, failures[:5]
+    echo_roundtrip(long_plain, b"after\n")
+    assert inst.serving_pid() == serving
+    status, body = inst.admin_request("GET", "/status")
+    assert body["pid"] == serving and body["upgrade"]["state"] == "failed", body
+    long_plain.close()
+
+
+def test_new_binary_that_crashes(instance):
+    inst = instance()
+    install_script(inst.bin, "#!/bin/sh\necho 'broken build' >&2\nexit 1\n")
+    failed_upgrade_keeps_serving(inst, r".*exited with status 1 before taking over")
+    install(inst.bin, harness.sluice_bin())
+    inst.upgrade()
+
+
+def test_new_binary_missing(instance):
+    inst = instance()
+    inst.bin.unlink()
+    failed_upgrade_keeps_serving(inst, r"cannot start .*")
+    install(inst.bin, harness.sluice_bin())
+    inst.upgrade()
+
+
+def test_config_error_at_upgrade(instance):
+    inst = instance()
+    install(inst.bin, harness.sluice_bin())
+    inst.config.write_text(inst.text + "\n[global.nonsense]\n")
+    failed_upgrade_keeps_serving(inst, r".*exited with status 1 before taking over")
+    inst.config.write_text(inst.text)
+    inst.upgrade()
+
+
+def test_new_binary_that_hangs(instance):
+    inst = instance(upgrade_timeout="2s")
+    install_script(inst.bin, "#!/bin/sh\nexec sleep 600\n")
+    failed_upgrade_keeps_serving(inst, r".*did not take over within upgrade_timeout 2s")
+    install(inst.bin, harness.sluice_bin())
+    inst.upgrade()
+
+
+HELLO_OTHER_FORMAT = r'''#!/usr/bin/python3
+import os, socket, struct
+fd = int(os.environ["SLUICE_UPGRADE_FD"])
+s = socket.socket(fileno=fd)
+# magic "SLUP", format version 999, kind hello, no fields
+s.send(struct.pack("<IIi", 0x50554c53, 999 | (1 << 16), 0))
+s.settimeout(10)
+print("refusal:", s.recv(65536)[12:].decode(errors="replace"), flush=True)
+'''
+
+
+def test_other_handover_format_is_refused(instance):
+    inst = instance()
+    install_script(inst.bin, HELLO_OTHER_FORMAT)
+    failed_upgrade_keeps_serving(inst, r"the new binary speaks hand-over format 999, this one format \d+: refused")
+    install(inst.bin, harness.sluice_bin())
+    inst.upgrade()
+
+
+@pytest.mark.parametrize("splice", ["off", "pipe"])
+def test_bulk_transfer_moves_whole(instance, splice):
+    inst = instance(extra_listeners=f'splice = "{splice}"\n')
+    old = inst.serving_pid()
+    total = 100 * 1024 * 1024
+    block = os.urandom(1 << 16)
+    sent_hash = hashlib.sha256()
+    got_hash = hashlib.sha256()
+    got = [0]
+    errors = []
+    sock = harness.connect(*inst.addr())
+    sock.settimeout(60)
+
+    def reader():
+        try:
+            while got[0] < total:
+                data = sock.recv(1 << 18)
+                if not data:
+                    raise AssertionError(f"EOF after {got[0]} of {total} bytes")
+                got_hash.update(data)
+                got[0] += len(data)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    sent = 0
+    upgraded = False
+    while sent < total:
+        sock.sendall(block)
+        sent_hash.update(block)
+        sent += len(block)
+        if not upgraded and sent >= total // 4:
+            install(inst.bin, harness.sluice_bin())
+            os.kill(old, signal.SIGUSR2)
+            upgraded = True
+    t.join(300)
+    assert not errors, errors
+    assert got[0] == total and got_hash.hexdigest() == sent_hash.hexdigest()
+    # The transfer went on in the new process: the old one is gone while
+    # the session is still open.
+    wait_until(lambda: inst.serving_pid() != old, timeout=30, what="a new process serves")
+    inst.pids.append(inst.serving_pid())
+    wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+    echo_roundtrip(sock, b"still here\n")
+    sock.close()
+    wait_until(lambda: len(inst.records()) == 1, timeout=15, what="one access record")
+    rec = inst.records()[0]
+    assert int(rec["bytes_in"]) == total + len(b"still here\n"), rec
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_soak_upgrades_back_and_forth(instance, tmp_path):
+    """20 upgrades, alternating two installed copies, with 200 live sessions
+    that move every time: every session still echoes at the end, and the
+    serving process's descriptors and memory stay flat."""
+    inst = instance(workers=2)
+    other = tmp_path / "other-sluice"
+    shutil.copy2(harness.sluice_bin(), other)
+    sessions = []
+    for i in range(200):
+        s = harness.connect(*inst.addr())
+        echo_roundtrip(s, f"session {i}\n".encode())
+        sessions.append(s)
+    fds, rss = [], []
+    for round_ in range(20):
+        old = inst.serving_pid()
+        install(inst.bin, other if round_ % 2 else harness.sluice_bin())
+        new = inst.upgrade()
+        wait_until(lambda: not pid_alive(old), timeout=30, what=f"old process {old} exits (round {round_})")
+        for i in range(0, 200, 20):
+            echo_roundtrip(sessions[i], f"round {round_}\n".encode())
+        fds.append(fd_count(new))
+        rss.append(rss_kb(new))
+    for i, s in enumerate(sessions):
+        echo_roundtrip(s, f"end {i}\n".encode())
+    # Flat: the last process holds what the third one did (the first rounds
+    # warm up allocators), give or take a little.
+    assert fds[-1] <= fds[2] + 4, fds
+    assert rss[-1] <= rss[2] * 1.5 + 4096, rss
+    for s in sessions:
+        s.close()
+    wait_until(lambda: len(inst.records()) == 200, timeout=30,
+               what="one access record per session")
+    recs = inst.records()
+    assert all(r["cause"] in ("client_closed",) for r in recs), {r["cause"] for r in recs}
+
+
+def test_tls_preread_session_moves_with_its_sni(instance, tmp_path, backends):
+    """A session routed by its ClientHello (preread = "tls") moves like any
+    other: the TLS stream between client and server goes on, and its one
+    access record keeps the SNI learnt before the move."""
+    import ssl
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=db.example",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1"], check=True, capture_output=True)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+
+    def tls_echo(backend, conn):
+        with server_ctx.wrap_socket(conn, server_side=True) as t:
+            while True:
+                data = t.recv(65536)
+                if not data:
+                    break
+                t.sendall(data)
+
+    b = backends(tls_echo, name="tls")
+    (tmp_path / "tls").mkdir()
+    inst = Instance(tmp_path / "tls", b.address, extra_listeners='preread = "tls"\n',
+                    route='default_upstream = "up"')
+    try:
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+        raw = harness.connect(*inst.addr())
+        t = client_ctx.wrap_socket(raw, server_hostname="db.example")
+        echo_roundtrip(t, b"hello over tls\n")
+        old = inst.serving_pid()
+        install(inst.bin, harness.sluice_bin())
+        inst.upgrade()
+        wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+        assert inst.proc.wait(timeout=10) == 0
+        echo_roundtrip(t, b"still over tls\n" * 100)
+        t.close()
+        wait_until(lambda: len(inst.records()) == 1, timeout=15, what="one access record")
+        assert inst.records()[0]["sni"] == "db.example", inst.records()
+    finally:
+        inst.stop()
+
+
+def test_server_drain_and_weight_carry_over(instance):
+    inst = instance()
+    addr = inst.text.split('address = "')[1].split('"')[0]
+    assert inst.admin_request("PUT", f"/upstreams/up/servers/{addr}/weight", body="7")[0] == 200
+    assert inst.admin_request("POST", f"/upstreams/up/servers/{addr}/drain")[0] == 200
+    install(inst.bin, harness.sluice_bin())
+    new = inst.upgrade()
+    status, body = inst.admin_request("GET", "/status")
+    assert body["pid"] == new
+    srv = [s for u in body["upstreams"] if u["name"] == "up" for s in u["servers"]][0]
+    assert (srv["weight"], srv["admin"]) == (7, "drain"), srv
