@@ -148,6 +148,7 @@ tsan_tests=(
   tests/integration/test_safe_start.py
   tests/integration/test_readiness.py
   tests/integration/test_queue.py
+  tests/integration/test_upgrade.py
 )
 
 # Passes when no ThreadSanitizer report was written to $1 (a directory);
