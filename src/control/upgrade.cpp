@@ -44,6 +44,10 @@ uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 constexpr int kSendTimeoutMs = 5000;
 // The most descriptors one message carries (the kernel's SCM_MAX_FD is 253).
 constexpr std::size_t kFdsPerMessage = 200;
+// A server message: upstream, identity, active state, admin state, weight
+// override and its base, then passive health (down?, fails, window age,
+// down period left, time down, in ms).
+constexpr std::size_t kServerFields = 11;
 
 }  // namespace
 
@@ -275,15 +279,25 @@ void Control::on_upgrade_message(Upgrade& u) {
         }
       }
       // Server state, so that the new process neither checks from scratch
-      // nor forgets a drain or a weight set through the admin API.
+      // nor forgets a drain, a weight set through the admin API or a server
+      // passive health keeps out.
+      const TimePoint now = Clock::now();
       for (const auto& server : registry_.servers()) {
         if (!send_error.empty()) break;
+        const PassiveHealth::Saved passive = server->save_passive(now);
         upgrade::Message sm;
         sm.kind = upgrade::Kind::server;
-        sm.fields = {server->upstream, server_identity(server->address),
+        sm.fields = {server->upstream,
+                     server_identity(server->address),
                      upgrade::field(static_cast<std::uint64_t>(server->active_state())),
                      upgrade::field(static_cast<std::uint64_t>(server->admin())),
-                     upgrade::field(server->weight_override()), upgrade::field(server->weight_override_base())};
+                     upgrade::field(server->weight_override()),
+                     upgrade::field(server->weight_override_base()),
+                     upgrade::field(passive.state == PassiveHealth::State::up ? 0 : 1),
+                     upgrade::field(passive.fails),
+                     upgrade::field(static_cast<std::uint64_t>(passive.window_age.count())),
+                     upgrade::field(static_cast<std::uint64_t>(passive.down_left.count())),
+                     upgrade::field(static_cast<std::uint64_t>(passive.down_age.count()))};
         send_error = upgrade::send(u.fd, sm, kSendTimeoutMs);
       }
       if (send_error.empty() && admin_http_ && admin_http_->listening_fd() >= 0) {
@@ -398,7 +412,7 @@ std::string Control::receive_handover() {
         break;
       case upgrade::Kind::server:
         m.close_fds();
-        if (m.fields.size() == 6) inherited_servers_.push_back(std::move(m.fields));
+        if (m.fields.size() == kServerFields) inherited_servers_.push_back(std::move(m.fields));
         break;
       case upgrade::Kind::go:
         return {};
@@ -426,6 +440,13 @@ void Control::restore_servers() {
       if (const std::uint64_t w = upgrade::number(f[4]); w != 0) {
         st->set_weight_override(static_cast<std::uint32_t>(w), static_cast<std::uint32_t>(upgrade::number(f[5])));
       }
+      PassiveHealth::Saved passive;
+      passive.state = upgrade::number(f[6]) == 0 ? PassiveHealth::State::up : PassiveHealth::State::down;
+      passive.fails = static_cast<std::uint32_t>(upgrade::number(f[7]));
+      passive.window_age = Duration(static_cast<Duration::rep>(upgrade::number(f[8])));
+      passive.down_left = Duration(static_cast<Duration::rep>(upgrade::number(f[9])));
+      passive.down_age = Duration(static_cast<Duration::rep>(upgrade::number(f[10])));
+      st->restore_passive(passive, Clock::now());
       ++restored;
       break;
     }

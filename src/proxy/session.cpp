@@ -10,6 +10,7 @@
 #include <cerrno>
 
 #include <cstring>
+#include <limits>
 
 #include <spdlog/spdlog.h>
 
@@ -917,6 +918,14 @@ void Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot,
   s->server_.fd = server_fd;
   if (r.peer.size() == sizeof(sockaddr_in) || r.peer.size() == sizeof(sockaddr_in6)) {
     std::memcpy(&s->peer_, r.peer.data(), r.peer.size());
+  }
+  // The client's open sessions count here as they did in the old process,
+  // so client_max_connections stays exact once they have moved. Never
+  // refused: the session is open already (only a table full of open
+  // clients leaves it uncounted).
+  if (lv.config->client_max_connections > 0 && s->peer_.sa.sa_family != AF_UNSPEC) {
+    const ClientTable::Limits count_only{std::numeric_limits<std::uint32_t>::max(), 0};
+    s->client_counted_ = lv.stats->clients.admit(&s->peer_.sa, count_only, uv_now(host.loop())) == Cause::none;
   }
   s->counted_ = true;
   s->snapshot_->registry->counters().connections.fetch_add(1, std::memory_order_relaxed);

@@ -18,8 +18,9 @@
 
 namespace sluice::upgrade {
 
-// Raised whenever a message's layout or meaning changes.
-inline constexpr std::uint16_t kFormatVersion = 1;
+// Raised whenever a message's layout or meaning changes. 2: a server
+// message carries passive health too.
+inline constexpr std::uint16_t kFormatVersion = 2;
 
 // The environment variable that names the new process's end of the channel.
 inline constexpr const char* kFdEnv = "SLUICE_UPGRADE_FD";

@@ -1,5 +1,6 @@
 #include "upstream/passive_health.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace sluice {
@@ -22,6 +23,29 @@ void PassiveHealth::configure(std::uint32_t max_fails, Duration fail_timeout) {
     state_ = State::up;
     fails_ = 0;
   }
+}
+
+PassiveHealth::Saved PassiveHealth::save(TimePoint now) const {
+  Saved s;
+  s.state = state_ == State::up ? State::up : State::down;
+  s.fails = fails_;
+  if (fails_ > 0) s.window_age = std::max(Duration{0}, duration_cast<Duration>(now - window_start_));
+  if (state_ != State::up) {
+    if (state_ == State::down) s.down_left = std::max(Duration{0}, duration_cast<Duration>(down_until_ - now));
+    s.down_age = std::max(Duration{0}, duration_cast<Duration>(now - down_since_));
+  }
+  return s;
+}
+
+void PassiveHealth::restore(const Saved& saved, TimePoint now) {
+  if (max_fails_ == 0) return;  // switched off here: nothing to keep the server out
+  state_ = saved.state == State::up ? State::up : State::down;
+  fails_ = saved.fails;
+  window_start_ = now - std::min(saved.window_age, fail_timeout_);
+  // Never longer than this configuration's period (the new one's file may
+  // have shortened fail_timeout).
+  down_until_ = now + std::min(saved.down_left, fail_timeout_);
+  down_since_ = now - saved.down_age;
 }
 
 TimePoint PassiveHealth::eligible_from() const {

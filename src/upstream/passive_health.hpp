@@ -56,6 +56,21 @@ class PassiveHealth {
 
   State state() const { return state_; }
   std::uint32_t fails() const { return fails_; }
+
+  // The state as another process can take it over (a binary upgrade): times
+  // relative to `now`, since the two processes' steady clocks need not agree.
+  // A trial in flight is saved as down with its period over: the trial's
+  // connection stays with the old process, so the new one's next pick is
+  // the trial.
+  struct Saved {
+    State state = State::up;
+    std::uint32_t fails = 0;
+    Duration window_age{0};  // since the first failure of the counting window
+    Duration down_left{0};   // until the down period ends
+    Duration down_age{0};    // since the server became unavailable
+  };
+  Saved save(TimePoint now) const;
+  void restore(const Saved& saved, TimePoint now);
   // When the server last became unavailable (meaningful while not up).
   TimePoint down_since() const { return down_since_; }
 

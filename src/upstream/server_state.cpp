@@ -87,6 +87,25 @@ TimePoint ServerState::passive_eligible_from() const {
   return health_.eligible_from();
 }
 
+PassiveHealth::Saved ServerState::save_passive(TimePoint now) const {
+  std::lock_guard lock(mu_);
+  return health_.save(now);
+}
+
+void ServerState::restore_passive(const PassiveHealth::Saved& saved, TimePoint now) {
+  {
+    std::lock_guard lock(mu_);
+    health_.restore(saved, now);
+    if (health_.state() != PassiveHealth::State::up) {
+      passive_reason_ = "as the previous process had it";
+      passive_since_ms_ = wall_ms() - saved.down_age.count();
+    }
+    clean_.store(health_.state() == PassiveHealth::State::up && health_.fails() == 0, std::memory_order_release);
+    track_down_locked(now);
+  }
+  notify();
+}
+
 void ServerState::watch(ServerWatcher* watcher, std::size_t index) {
   std::lock_guard lock(watch_mu_);
   watchers_.emplace_back(watcher, index);

@@ -111,6 +111,10 @@ class ServerState {
   // From when passive health lets the server be picked (see
   // PassiveHealth::eligible_from); the clock's minimum while it is up.
   TimePoint passive_eligible_from() const;
+  // Passive health as the process that hands the server over knew it, and
+  // its taking over in the new process (a binary upgrade).
+  PassiveHealth::Saved save_passive(TimePoint now) const;
+  void restore_passive(const PassiveHealth::Saved& saved, TimePoint now);
 
   // ---- watchers ----
   void watch(ServerWatcher* watcher, std::size_t index);

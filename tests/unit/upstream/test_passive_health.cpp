@@ -201,3 +201,60 @@ TEST_CASE("passive health: late reports while down") {
     CHECK_FALSE(h.eligible(t0 + 5s));
   }
 }
+
+TEST_CASE("passive health: save and restore carry a down period to another clock") {
+  PassiveHealth h(1, 10s);
+  h.on_failure(t0, "connection refused");
+  const auto saved = h.save(t0 + 4s);
+  CHECK(saved.state == State::down);
+  CHECK(saved.fails == 1);
+  CHECK(saved.down_left == 6s);
+  CHECK(saved.down_age == 4s);
+  // The new process's clock reads something else entirely.
+  const TimePoint u0{std::chrono::hours(5)};
+  PassiveHealth n(1, 10s);
+  n.restore(saved, u0);
+  CHECK(n.state() == State::down);
+  CHECK(n.fails() == 1);
+  CHECK_FALSE(n.eligible(u0 + 5s));
+  CHECK(n.eligible(u0 + 6s));
+  CHECK(n.down_since() == u0 - 4s);
+  // After the rest of the period the next pick is a trial, as before.
+  n.on_selected(u0 + 6s);
+  CHECK(n.state() == State::trial);
+}
+
+TEST_CASE("passive health: a restored count window goes on, and a shorter fail_timeout bounds the period") {
+  PassiveHealth h(3, 10s);
+  h.on_failure(t0, "refused");
+  h.on_failure(t0 + 1s, "refused");
+  const auto saved = h.save(t0 + 2s);
+  CHECK(saved.state == State::up);
+  CHECK(saved.window_age == 2s);
+  const TimePoint u0{std::chrono::hours(5)};
+  PassiveHealth n(3, 10s);
+  n.restore(saved, u0);
+  CHECK(n.fails() == 2);
+  // The third failure within the window takes the server out.
+  CHECK(n.on_failure(u0 + 1s, "refused").changed);
+  CHECK(n.state() == State::down);
+
+  PassiveHealth d(1, 60s);
+  d.on_failure(t0, "refused");
+  PassiveHealth shorter(1, 5s);
+  shorter.restore(d.save(t0), u0);
+  CHECK(shorter.eligible(u0 + 5s));
+}
+
+TEST_CASE("passive health: a trial in flight is handed over as a period that is over") {
+  PassiveHealth h(1, 10s);
+  h.on_failure(t0, "refused");
+  h.on_selected(t0 + 10s);
+  REQUIRE(h.state() == State::trial);
+  const auto saved = h.save(t0 + 11s);
+  CHECK(saved.state == State::down);
+  CHECK(saved.down_left == 0s);
+  PassiveHealth n(1, 10s);
+  n.restore(saved, t0);
+  CHECK(n.eligible(t0));
+}

@@ -1,0 +1,89 @@
+"""Binary upgrade with a real PostgreSQL session open: one `psql` connection
+through sluice carries on across SIGUSR2, on the same server backend, while
+the old process exits (docs/operations.md, "Upgrading the binary")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+import dbpeers
+import harness
+from harness import wait_until
+from test_upgrade import Instance, install, pid_alive
+
+
+@pytest.fixture
+def pg_server():
+    why = dbpeers.pg_missing()
+    if why:
+        pytest.skip(why)
+    with dbpeers.pg_cluster_pair() as (a, _b), dbpeers.pg_servers((a,)) as (srv,):
+        yield srv
+
+
+class Psql:
+    """One interactive psql connection, fed queries on its stdin; each answer
+    is read back from its stdout by a tag the query prints."""
+
+    def __init__(self, host: str, port: int):
+        env = dbpeers.clean_env(PGSSLMODE="disable", PGGSSENCMODE="disable", PGCONNECT_TIMEOUT="10")
+        self.proc = subprocess.Popen(
+            [str(dbpeers.PG_BIN / "psql"), "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1",
+             "-h", host, "-p", str(port), "-U", dbpeers.PG_USER, "-d", "postgres"],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.log = harness.LineLog(self.proc.stdout)
+        self.n = 0
+
+    def scalar(self, sql: str) -> str:
+        self.n += 1
+        tag = f"answer{self.n}"
+        self.proc.stdin.write(f"select '{tag}:' || ({sql})::text;\n".encode())
+        self.proc.stdin.flush()
+        return self.log.wait_for(rf"^{tag}:(.*)$", timeout=30).group(1)
+
+    def close(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.stdin.write(b"\\q\n")
+            self.proc.stdin.close()
+        try:
+            return self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+            raise
+
+
+def test_psql_session_survives_an_upgrade(tmp_path, pg_server):
+    inst = Instance(tmp_path, pg_server.address)
+    psql = None
+    try:
+        host, port = inst.addr()
+        psql = Psql(host, port)
+        backend = psql.scalar("select pg_backend_pid()")
+        assert backend.isdigit(), psql.log.text()
+        assert psql.scalar("select 6 * 7") == "42"
+        old = inst.serving_pid()
+        install(inst.bin, harness.sluice_bin())
+        os.kill(old, signal.SIGUSR2)
+        wait_until(lambda: inst.serving_pid() not in (None, old), timeout=30, what="a new process serves")
+        inst.pids.append(inst.serving_pid())
+        # The old process hands the idle psql session over and exits while it
+        # is still open.
+        wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+        assert inst.proc.wait(timeout=10) == 0, "the old process's exit status"
+        # Same connection, same backend: the server never saw a new session.
+        assert psql.scalar("select pg_backend_pid()") == backend
+        assert psql.scalar("select count(*) from generate_series(1, 1000)") == "1000"
+        assert psql.close() == 0, psql.log.text()
+        psql = None
+        wait_until(lambda: len(inst.records()) == 1, timeout=15, what="one access record")
+        assert inst.records()[0]["cause"] == "client_closed", inst.records()
+    finally:
+        if psql is not None:
+            psql.proc.kill()
+            psql.proc.wait(timeout=5)
+        inst.stop()
