@@ -149,6 +149,7 @@ tsan_tests=(
   tests/integration/test_readiness.py
   tests/integration/test_queue.py
   tests/integration/test_upgrade.py
+  tests/e2e/test_upgrade_db.py
 )
 
 # Passes when no ThreadSanitizer report was written to $1 (a directory);
