@@ -172,13 +172,17 @@ sanitizer_builds() {
   # object as having an "invalid vptr" (and leaks the demangled names).
   # -O1 -g1: what the sanitizers' own documentation suggests, and about
   # half the compile time of -O2 -g (a heavy unit here: 17 CPU-seconds
-  # instead of 32); reports still name file and line.
+  # instead of 32); reports still name file and line. Warnings are errors
+  # in the default build only: gcc's flow warnings (stringop-overflow,
+  # maybe-uninitialized) change with the optimisation level and the
+  # sanitizers' instrumentation, and a false one must not cost the
+  # sanitized test passes.
   local rc=0 r
-  nice -n 10 tools/build.sh build-asan -Dstrict=true -Db_sanitize=address,undefined -Db_lundef=false \
+  nice -n 10 tools/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false \
       -Doptimization=1 "-Dcpp_args=-fno-sanitize=vptr -g1"
   r=$?; [[ $r -ne 0 ]] && rc=1
   echo "$r" >"$log/asan-built"
-  nice -n 10 tools/build.sh build-tsan -Dstrict=true -Db_sanitize=thread -Db_lundef=false \
+  nice -n 10 tools/build.sh build-tsan -Db_sanitize=thread -Db_lundef=false \
       -Doptimization=1 -Dcpp_args=-g1
   r=$?; [[ $r -ne 0 ]] && rc=1
   echo "$r" >"$log/tsan-built"

@@ -87,10 +87,12 @@ def test_clients_wait_in_order_and_a_full_queue_refuses(admin_sluice, backends, 
     s = admin_sluice([listener(upstream="pg")],
                      {"pg": pool(b, 2, queue=3, queue_timeout="60s")},
                      global_={"workers": workers})
-    # Two held sessions fill the server.
-    held = [client(s, "h1"), client(s, "h2")]
-    for c, tag in zip(held, ("h1", "h2")):
-        answered(c, tag)
+    # Two held sessions fill the server, one after the other (two clients
+    # in flight at once may reach the server in either order).
+    held = []
+    for tag in ("h1", "h2"):
+        held.append(client(s, tag))
+        answered(held[-1], tag)
     assert tags(b) == ["h1", "h2"]
 
     # The 3rd to 5th wait, each after the one before is in line (so that

@@ -333,9 +333,20 @@ def test_log_level_follows_a_reload(sluice, backends, tmp_path):
     s.reload(config_text(tmp_path, "sluice1", [listener()], ups, log_level="debug"))
     cycle()
     s.log.wait_for(failed_rx)
-    s.config_path.write_text(config_text(tmp_path, "sluice1", [listener()], ups, log_level="error"))
+    # At level error the reload's own success is not logged, so the new
+    # configuration names its upstream differently and the access log (which
+    # any level keeps) shows when it serves. Only then may the file change
+    # again: a reload reads the file when it runs.
+    quiet = {"quiet": upstream(dead, be, balance="round_robin", max_fails=0)}
+    s.config_path.write_text(config_text(tmp_path, "sluice1", [listener(upstream="quiet")], quiet,
+                                         log_level="error"))
     s.signal(signal.SIGHUP)
     s.log.wait_for(r"received SIGHUP: reloading", count=3)
+    deadline = time.monotonic() + harness.EVENT_TIMEOUT
+    while not [r for r in s.access_records() if r.get("upstream") == "quiet"]:
+        assert time.monotonic() < deadline, "the reload to log_level = error never served"
+        held_session(s).close()
+        time.sleep(0.05)
     # A failed reload (an error) is the marker that the new level is in
     # force: nothing at info or debug shows any more.
     failed_reload(2)

@@ -127,8 +127,10 @@ TEST_CASE("a negative answer takes its TTL from the SOA") {
 TEST_CASE("malformed messages are no answer") {
   Msg m("db.test", 1, 1);
   m.a(60, {10, 0, 0, 1});
-  auto cut = m.bytes_;
-  cut.resize(cut.size() - 2);
+  // The message without its last two bytes (a copy of the front, not a
+  // resize: gcc 12 at -O1 warns about a resize it cannot bound).
+  REQUIRE(m.bytes_.size() > 2);
+  const std::vector<unsigned char> cut(m.bytes_.begin(), m.bytes_.end() - 2);
   CHECK_FALSE(parse_answer(cut.data(), cut.size(), RecordType::a));
   // A name whose pointer points at itself.
   Msg loop("db.test", 1, 1);
