@@ -7,13 +7,11 @@ and printed, not asserted."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,6 @@ from dbpeers import RespConn
 from harness import listener
 
 REDIS_SENTINEL = shutil.which("redis-sentinel")
-ADMIN_RX = r"admin API listening on (?P<addr>\S+)"
 MASTER = "mymaster"
 FAILOVER_DEADLINE = 60.0  # generous: the sentinels' own work is in it
 
@@ -130,20 +127,7 @@ def cluster(tmp_path):
 # sluice
 # --------------------------------------------------------------------------
 
-class SentinelSluice:
-    def __init__(self, s: harness.Sluice):
-        self.s = s
-        m = s.log.wait_for(ADMIN_RX, timeout=harness.START_TIMEOUT)
-        self.admin = harness.split_addr(m.group("addr"))
-
-    def get(self, path: str) -> str:
-        host, port = self.admin
-        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=harness.EVENT_TIMEOUT) as r:
-            return r.read().decode()
-
-    def status(self) -> dict:
-        return json.loads(self.get("/status"))
-
+class SentinelSluice(harness.AdminSluice):
     def servers(self) -> list[dict]:
         return next(u for u in self.status()["upstreams"] if u["name"] == "up")["servers"]
 

@@ -7,6 +7,7 @@ process or thread started here is stopped by the fixture that created it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import resource
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -695,3 +697,24 @@ def ss_timer_seconds(text: str) -> float:
         raise ValueError(f"not an ss timer: {text!r}")
     mins, secs, secs_ms, msecs = m.groups()
     return int(mins or 0) * 60 + int(secs or 0) + int(secs_ms or 0) + int(msecs or 0) / 1000
+
+
+ADMIN_RX = r"admin API listening on (?P<addr>\S+)"
+
+
+class AdminSluice:
+    """A running sluice with an `[admin]` listener on port 0: finds the
+    admin address in its log and reads the API."""
+
+    def __init__(self, s: Sluice):
+        self.s = s
+        m = s.log.wait_for(ADMIN_RX, timeout=START_TIMEOUT)
+        self.admin = split_addr(m.group("addr"))
+
+    def get(self, path: str) -> str:
+        host, port = self.admin
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=EVENT_TIMEOUT) as r:
+            return r.read().decode()
+
+    def status(self) -> dict:
+        return json.loads(self.get("/status"))

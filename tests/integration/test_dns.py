@@ -13,7 +13,6 @@ bytes still flow, and that sluice's descriptors do not grow with queries.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -24,7 +23,6 @@ import struct
 import subprocess
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,7 +32,6 @@ from harness import listener
 
 pytestmark = pytest.mark.skipif(shutil.which("dnsmasq") is None, reason="dnsmasq (dnsmasq-base) is not installed")
 
-ADMIN_RX = r"admin API listening on (?P<addr>\S+)"
 
 
 # --------------------------------------------------------------------------
@@ -271,20 +268,7 @@ def tinydns():
 # sluice with [resolver] and [admin]
 # --------------------------------------------------------------------------
 
-class DnsSluice:
-    def __init__(self, s: harness.Sluice):
-        self.s = s
-        m = s.log.wait_for(ADMIN_RX, timeout=harness.START_TIMEOUT)
-        self.admin = harness.split_addr(m.group("addr"))
-
-    def get(self, path: str) -> str:
-        host, port = self.admin
-        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=harness.EVENT_TIMEOUT) as r:
-            return r.read().decode()
-
-    def status(self) -> dict:
-        return json.loads(self.get("/status"))
-
+class DnsSluice(harness.AdminSluice):
     def metrics(self) -> str:
         return self.get("/metrics")
 
