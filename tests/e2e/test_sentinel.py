@@ -127,7 +127,7 @@ def cluster(tmp_path):
 # sluice
 # --------------------------------------------------------------------------
 
-class SentinelSluice(harness.AdminSluice):
+class SentinelSluice(harness.AdminClient):
     def servers(self) -> list[dict]:
         return next(u for u in self.status()["upstreams"] if u["name"] == "up")["servers"]
 

@@ -702,7 +702,7 @@ def ss_timer_seconds(text: str) -> float:
 ADMIN_RX = r"admin API listening on (?P<addr>\S+)"
 
 
-class AdminSluice:
+class AdminClient:
     """A running sluice with an `[admin]` listener on port 0: finds the
     admin address in its log and reads the API."""
 

@@ -268,7 +268,7 @@ def tinydns():
 # sluice with [resolver] and [admin]
 # --------------------------------------------------------------------------
 
-class DnsSluice(harness.AdminSluice):
+class DnsSluice(harness.AdminClient):
     def metrics(self) -> str:
         return self.get("/metrics")
 
