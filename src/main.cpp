@@ -17,7 +17,7 @@
 #include "discovery/discovery.hpp"
 #include "log/logging.hpp"
 #include "sluice/config.hpp"
-#include "sluice_version.hpp"
+#include "sluice/version.hpp"
 #include "upgrade/channel.hpp"
 
 namespace {
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
     } else if (a == "-t" || a == "--test") {
       test_only = true;
     } else if (a == "--version" || a == "-v") {
-      std::printf("sluice %s\n", SLUICE_VERSION);
+      std::printf("sluice %s\n", sluice::version());
       return 0;
     } else if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);

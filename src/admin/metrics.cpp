@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "admin/admin_api.hpp"
-#include "sluice_version.hpp"
+#include "sluice/version.hpp"
 
 namespace sluice::admin {
 
@@ -144,7 +144,7 @@ void dns_metrics(Writer& w, const Snapshot& snap, const ProcessInfo& info) {
 std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoint now) {
   Writer w;
   w.family("sluice_build_info", "gauge", "Version of the running sluice (always 1).");
-  w.sample("sluice_build_info", {{"version", SLUICE_VERSION}}, 1.0);
+  w.sample("sluice_build_info", {{"version", sluice::version()}}, 1.0);
   w.family("sluice_start_time_seconds", "gauge", "Start time of the process, seconds since the epoch.");
   w.sample("sluice_start_time_seconds", {}, static_cast<double>(info.started_at_ms) / 1000.0);
   w.family("sluice_config_generation", "gauge", "Generation of the running configuration (1 at start).");

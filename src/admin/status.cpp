@@ -8,7 +8,7 @@
 
 #include "admin/admin_api.hpp"
 #include "sluice/address.hpp"
-#include "sluice_version.hpp"
+#include "sluice/version.hpp"
 
 namespace sluice::admin {
 
@@ -101,7 +101,7 @@ nlohmann::json dns_json(const DnsStatus& dns) {
 nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now,
                            std::int64_t now_ms) {
   nlohmann::json doc;
-  doc["version"] = SLUICE_VERSION;
+  doc["version"] = sluice::version();
   doc["pid"] = static_cast<std::int64_t>(::getpid());
   doc["upgrade"] = {{"state", info.upgrade_state}, {"message", info.upgrade_message}};
   doc["started_at_ms"] = info.started_at_ms;

@@ -24,7 +24,7 @@
 #include "net/worker.hpp"
 #include "sluice/address.hpp"
 #include "sluice/time.hpp"
-#include "sluice_version.hpp"
+#include "sluice/version.hpp"
 
 namespace sluice {
 
@@ -208,7 +208,7 @@ bool Control::start() {
   tick_.data = this;
   uv_timer_start(&tick_, on_tick, 1000, 1000);
   for (auto& w : workers_) w->start();
-  spdlog::info("sluice {} started: {} worker(s), {} listener(s)", SLUICE_VERSION, nworkers_,
+  spdlog::info("sluice {} started: {} worker(s), {} listener(s)", sluice::version(), nworkers_,
                config.listeners.size());
   if (takeover_fd_ >= 0) {
     announce_takeover();

@@ -28,7 +28,7 @@
 #include "net/listener.hpp"
 #include "net/worker.hpp"
 #include "sluice/time.hpp"
-#include "sluice_version.hpp"
+#include "sluice/version.hpp"
 #include "upgrade/channel.hpp"
 
 extern char** environ;
@@ -377,7 +377,7 @@ std::string Control::receive_handover() {
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   upgrade::Message hello;
   hello.kind = upgrade::Kind::hello;
-  hello.fields = {std::to_string(::getpid()), std::string("sluice ") + SLUICE_VERSION};
+  hello.fields = {std::to_string(::getpid()), std::string("sluice ") + sluice::version()};
   if (std::string err = upgrade::send(fd, hello, kSendTimeoutMs); !err.empty()) return "cannot greet the serving process: " + err;
   const TimePoint deadline = Clock::now() + initial_->global.upgrade_timeout;
   while (true) {

@@ -67,7 +67,7 @@ def test_psql_session_survives_an_upgrade(tmp_path, pg_server):
         assert backend.isdigit(), psql.log.text()
         assert psql.scalar("select 6 * 7") == "42"
         old = inst.serving_pid()
-        install(inst.bin, harness.sluice_bin())
+        install(inst.bin, harness.sluice_next_bin())
         os.kill(old, signal.SIGUSR2)
         wait_until(lambda: inst.serving_pid() not in (None, old), timeout=30, what="a new process serves")
         inst.pids.append(inst.serving_pid())

@@ -36,6 +36,15 @@ def sluice_bin() -> Path:
     return path
 
 
+def sluice_next_bin() -> Path:
+    """The same program built under another version string (meson target
+    sluice-next, beside the binary under test): what a package upgrade
+    installs in the upgrade tests."""
+    path = sluice_bin().with_name("sluice-next")
+    assert path.exists(), f"{path} is missing: build it (ninja -C {path.parent} sluice-next)"
+    return path
+
+
 class Timeout(AssertionError):
     pass
 
