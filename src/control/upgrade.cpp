@@ -511,14 +511,14 @@ void Control::on_handed_sessions() {
                          " session(s)";
       return;
     }
-    if (m.version != upgrade::kFormatVersion || m.kind != upgrade::Kind::session || m.fds.size() != 2 ||
-        workers_.empty() || stopping_) {
+    if (m.version != upgrade::kFormatVersion || m.kind != upgrade::Kind::session || m.fds.size() < 2 ||
+        m.fds.size() > 3 || workers_.empty() || stopping_) {
       m.close_fds();
       continue;
     }
     WorkerCommand c = WorkerCommand::of(WorkerCommand::Kind::adopt);
     c.record = std::move(m.fields);
-    c.open = {{0, m.fds[0]}, {0, m.fds[1]}};
+    for (int fd : m.fds) c.open.push_back({0, fd});
     workers_[next_adopter_++ % workers_.size()]->post(std::move(c));
     ++sessions_adopted_;
   }

@@ -425,8 +425,11 @@ void Worker::move_sessions() {
   int moved = 0;
   each_session([&](Session& s) {
     if (channel_ < 0 || moved >= kMovesPerTurn || !s.movable()) return;
-    upgrade::Message m = s.hand_over_message();
-    if (std::string err = upgrade::send(channel_, m, kMoveSendTimeoutMs); !err.empty()) {
+    upgrade::Message m;
+    if (!s.hand_over_message(m)) return;  // no memory file for its pending bytes now: a later turn
+    std::string err = upgrade::send(channel_, m, kMoveSendTimeoutMs);
+    if (m.fds.size() > 2) ::close(m.fds[2]);  // the pending bytes' file: the new process has its own copy
+    if (!err.empty()) {
       spdlog::warn("worker {}: cannot hand sessions over ({}); the {} left end here", id_, err, session_count_);
       channel_ = -1;
       uv_timer_stop(&shutdown_timer_);
@@ -451,7 +454,8 @@ void Worker::adopt(WorkerCommand& c) {
     m.close_fds();
     return;
   }
-  Session::adopt(*this, snapshot_, snapshot_->listeners[static_cast<std::size_t>(view)], m.fds[0], m.fds[1], r);
+  Session::adopt(*this, snapshot_, snapshot_->listeners[static_cast<std::size_t>(view)], m.fds[0], m.fds[1],
+                 m.fds.size() > 2 ? m.fds[2] : -1, r);
 }
 
 void Worker::on_shutdown_timer(uv_timer_t* t) {

@@ -55,12 +55,13 @@ struct WorkerCommand {
   // stop: stop accepting, let sessions finish up to shutdown_timeout.
   // stop_now: as stop, and close every session at once (cause shutdown).
   // hand_over: a new binary accepts on the same sockets now: stop accepting,
-  // send each session at a quiet moment over `channel` (-1: none; sessions
+  // send each session over `channel` once it may move (-1: none; sessions
   // then end here), and finish once no session is left (no
   // shutdown_timeout).
   // adopt: a session the old process handed over: its record, and its
-  // client and server sockets as the two entries of `open` (so that a
-  // command dropped unread closes them like any other socket).
+  // client and server sockets (and the memory file of its pending bytes,
+  // when it has any) as the entries of `open` (so that a command dropped
+  // unread closes them like any other socket).
   int channel = -1;
   std::vector<std::string> record;
   std::shared_ptr<const ServerState> server;

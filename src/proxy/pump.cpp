@@ -61,6 +61,12 @@ void Pump::queue_initial(const std::uint8_t* data, std::size_t len) {
   }
 }
 
+void Pump::append_queued(std::string& out) const {
+  for (const Buffer* b = head_; b != nullptr; b = b->next) {
+    out.append(reinterpret_cast<const char*>(b->data + b->begin), b->size());
+  }
+}
+
 void Pump::enqueue(Buffer* b) {
   b->next = nullptr;
   if (tail_ != nullptr) {

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "proxy/leg.hpp"
 #include "proxy/reactor.hpp"
@@ -62,6 +63,9 @@ struct Pump final : Deferred {
   void queue_initial(const std::uint8_t* data, std::size_t len);
   // Nothing waits to be written.
   bool drained() const { return head_ == nullptr; }
+  // Appends the bytes waiting to be written, oldest first (a binary
+  // upgrade sends them along with the session).
+  void append_queued(std::string& out) const;
 
   void run_deferred() override { pull(); }
 

@@ -3,6 +3,7 @@
 #include <linux/sockios.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -850,21 +851,22 @@ namespace sluice {
 
 // ---- binary upgrade --------------------------------------------------------
 //
-// A session moves between two rounds of its worker, when nothing of it is
-// in sluice's hands: every byte read has been written, so the stream
-// resumes in the new process from what the kernel holds. Bytes that arrive
-// meanwhile wait in the sockets' buffers.
+// A session moves between two rounds of its worker. What the kernel holds
+// stays in the sockets' buffers and is read by the new process; what
+// sluice holds (bytes read and not yet written, in copy mode) goes along in
+// a memory file and is written first there. A splice pipe cannot go along
+// as bytes without being emptied, so a spliced session waits until its
+// pipes are empty.
 
 bool Session::movable() const {
   if (state_ != State::proxying || half_closed_ || close_at_ms_ != 0) return false;
   if (extra_ && (!extra_->forward.empty() || extra_->pg_deadline_ms != 0)) return false;
   if (c2s_.eof || s2c_.eof || c2s_.fin_sent || s2c_.fin_sent) return false;
   if (!client_.open() || !server_.open()) return false;
-  if (spliced_) return splicer_->idle();
-  return c2s_.drained() && s2c_.drained();
+  return !spliced_ || splicer_->idle();
 }
 
-upgrade::Message Session::hand_over_message() const {
+bool Session::hand_over_message(upgrade::Message& out) const {
   const std::uint64_t now = uv_now(host_.loop());
   upgrade::SessionRecord r;
   r.listener = lv_.config->name;
@@ -886,7 +888,28 @@ upgrade::Message Session::hand_over_message() const {
   r.connect_ms = connected_ ? connected_ms_ - start_ms_ : 0;
   r.idle_ms = now >= last_activity_ms_ ? now - last_activity_ms_ : 0;
   r.tries = connector_.attempts();
-  return r.to_message(client_.fd, server_.fd);
+  std::string pending;
+  c2s_.append_queued(pending);
+  r.pending_in = pending.size();
+  s2c_.append_queued(pending);
+  r.pending_out = pending.size() - r.pending_in;
+  int pending_fd = -1;
+  if (!pending.empty()) {
+    pending_fd = ::memfd_create("sluice-pending", MFD_CLOEXEC);
+    if (pending_fd < 0) return false;
+    std::size_t at = 0;
+    while (at < pending.size()) {
+      const ssize_t n = ::write(pending_fd, pending.data() + at, pending.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ::close(pending_fd);
+        return false;
+      }
+      at += static_cast<std::size_t>(n);
+    }
+  }
+  out = r.to_message(client_.fd, server_.fd, pending_fd);
+  return true;
 }
 
 void Session::moved() {
@@ -912,7 +935,22 @@ void Session::moved() {
 }
 
 void Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
-                    int client_fd, int server_fd, const upgrade::SessionRecord& r) {
+                    int client_fd, int server_fd, int pending_fd, const upgrade::SessionRecord& r) {
+  // The bytes the old process had read and not written: first out here.
+  std::string pending;
+  bool pending_ok = pending_fd < 0;
+  if (pending_fd >= 0) {
+    pending.resize(r.pending_in + r.pending_out);
+    std::size_t at = 0;
+    while (at < pending.size()) {
+      const ssize_t n = ::pread(pending_fd, pending.data() + at, pending.size() - at, static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      at += static_cast<std::size_t>(n);
+    }
+    pending_ok = at == pending.size();
+    ::close(pending_fd);
+  }
   auto* s = new Session(host, std::move(snapshot), lv);
   s->client_.fd = client_fd;
   s->server_.fd = server_fd;
@@ -959,12 +997,19 @@ void Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot,
     s->interim_at_ms_ = now + ms(every);
   }
   s->set_state(State::connecting);  // register_client() and the pumps expect a session past admission
+  if (!pending_ok) {
+    // Bytes of the stream are lost: carrying on would corrupt it.
+    s->finish(Cause::local_resource);
+    return;
+  }
   if (!s->register_client()) return;
   if (s->reactor().add(server_fd, Reactor::kStream, &s->server_) < 0) {
     s->finish(Cause::local_resource);
     return;
   }
   s->server_.registered = true;
+  s->c2s_.queue_initial(reinterpret_cast<const std::uint8_t*>(pending.data()), r.pending_in);
+  s->s2c_.queue_initial(reinterpret_cast<const std::uint8_t*>(pending.data()) + r.pending_in, r.pending_out);
   // Whatever arrived meanwhile waits in the kernel: read at once.
   s->client_.readable = true;
   s->server_.readable = true;

@@ -65,19 +65,25 @@ class Session {
   static void fire_timer(void* owner);
 
   // ---- binary upgrade ----
-  // A quiet moment, when the session may move to a new process: proxying,
-  // no byte read and not yet written either way (no splice pipe holding
-  // any), no FIN seen, no end scheduled.
+  // A moment when the session may move to a new process: proxying, no
+  // splice pipe holding bytes, no FIN seen, no end scheduled. Bytes read
+  // and not yet written (copy mode) go along with it, so a stream whose
+  // reader is slower than its writer need not wait for a queue to empty.
   bool movable() const;
-  // Its record and sockets for the new process (the sockets stay ours).
-  upgrade::Message hand_over_message() const;
+  // Its record and sockets for the new process (the sockets stay ours),
+  // and the bytes waiting in its queues in a memory file (a third
+  // descriptor, the caller's to close). False when that file cannot be
+  // had now (out of descriptors or memory): the move waits for a later turn.
+  bool hand_over_message(upgrade::Message& out) const;
   // Once the message has gone: leaves without a FIN, a reset or an access
   // record (the new process carries on and writes the record at the end).
   void moved();
   // A session the old process handed over, proxying at once. The sockets
   // are the session's from here on.
+  // `pending_fd` (or -1) holds r.pending_in then r.pending_out bytes; it is
+  // read and closed here.
   static void adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
-                    int client_fd, int server_fd, const upgrade::SessionRecord& r);
+                    int client_fd, int server_fd, int pending_fd, const upgrade::SessionRecord& r);
 
   // A Leg's events (see Leg::on_io).
   void on_leg_io(Leg& leg, std::uint32_t events);

@@ -19,8 +19,9 @@
 namespace sluice::upgrade {
 
 // Raised whenever a message's layout or meaning changes. 2: a server
-// message carries passive health too.
-inline constexpr std::uint16_t kFormatVersion = 2;
+// message carries passive health too. 3: a session message carries the
+// bytes it had read and not yet written.
+inline constexpr std::uint16_t kFormatVersion = 3;
 
 // The environment variable that names the new process's end of the channel.
 inline constexpr const char* kFdEnv = "SLUICE_UPGRADE_FD";

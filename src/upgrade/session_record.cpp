@@ -3,21 +3,23 @@
 namespace sluice::upgrade {
 
 namespace {
-constexpr std::size_t kFields = 14;
+constexpr std::size_t kFields = 16;
 }  // namespace
 
-Message SessionRecord::to_message(int client_fd, int server_fd) const {
+Message SessionRecord::to_message(int client_fd, int server_fd, int pending_fd) const {
   Message m;
   m.kind = Kind::session;
   m.fields = {listener,        upstream,         origin_upstream,  server_identity, peer,
               destination,     sni,              alpn,             field(bytes_in), field(bytes_out),
-              field(age_ms),   field(connect_ms), field(idle_ms),  field(tries)};
+              field(age_ms),   field(connect_ms), field(idle_ms),  field(tries),
+              field(pending_in), field(pending_out)};
   m.fds = {client_fd, server_fd};
+  if (pending_fd >= 0) m.fds.push_back(pending_fd);
   return m;
 }
 
 bool SessionRecord::from_message(const Message& m, SessionRecord& out) {
-  if (m.kind != Kind::session || m.fields.size() != kFields || m.fds.size() != 2) return false;
+  if (m.kind != Kind::session || m.fields.size() != kFields || m.fds.size() < 2) return false;
   const auto& f = m.fields;
   out.listener = f[0];
   out.upstream = f[1];
@@ -33,7 +35,10 @@ bool SessionRecord::from_message(const Message& m, SessionRecord& out) {
   out.connect_ms = number(f[11]);
   out.idle_ms = number(f[12]);
   out.tries = number(f[13]);
-  return true;
+  out.pending_in = number(f[14]);
+  out.pending_out = number(f[15]);
+  // The memory file is there exactly when bytes are pending.
+  return m.fds.size() == (out.pending_in + out.pending_out > 0 ? 3u : 2u);
 }
 
 }  // namespace sluice::upgrade

@@ -29,9 +29,15 @@ struct SessionRecord {
   std::uint64_t connect_ms = 0; // from accept to connected
   std::uint64_t idle_ms = 0;    // since the last byte either way
   std::uint64_t tries = 0;
+  // Bytes read and not yet written, sent along (copy mode): client ->
+  // server first, then server -> client, in a memory file passed as a
+  // third descriptor (any size, not bound by a datagram's).
+  std::uint64_t pending_in = 0;
+  std::uint64_t pending_out = 0;
 
-  // The message, with the client's and the server's sockets (not owned).
-  Message to_message(int client_fd, int server_fd) const;
+  // The message, with the client's and the server's sockets and, when
+  // bytes are pending, the memory file that holds them (none owned).
+  Message to_message(int client_fd, int server_fd, int pending_fd = -1) const;
   // False when `m` is not a whole session record (its descriptors are then
   // still the caller's to close).
   static bool from_message(const Message& m, SessionRecord& out);

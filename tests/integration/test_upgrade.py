@@ -13,8 +13,10 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -449,6 +451,88 @@ def test_soak_upgrades_back_and_forth(instance):
                what="one access record per session")
     recs = inst.records()
     assert all(r["cause"] == "client_closed" for r in recs), {r["cause"] for r in recs}
+
+
+STREAM_BLOCK = 64 * 1024
+STREAM_BLOCKS = 4096  # 256 MiB: more than the slow reader takes in the time allowed
+
+
+def stream_block(i: int) -> bytes:
+    return struct.pack("<Q", i) * (STREAM_BLOCK // 8)
+
+
+def stream_handler(backend, conn):
+    """Streams STREAM_BLOCKS blocks, then waits for the client's FIN: the
+    session is never half closed while it may move."""
+    try:
+        for i in range(STREAM_BLOCKS):
+            conn.sendall(stream_block(i))
+        while conn.recv(65536):
+            pass
+    except OSError:
+        pass
+
+
+def test_session_with_bytes_queued_moves_without_waiting(tmp_path, backends):
+    """A server that streams to a client slower than itself keeps sluice's
+    queue toward the client from emptying for long; such a session moves
+    with the queued bytes sent along, so the old process exits at once while
+    the stream goes on, and the client gets every byte in order."""
+    b = backends(handler=stream_handler)
+    inst = Instance(tmp_path, b.address)
+    try:
+        sock = harness.connect(*inst.addr())
+        fast = threading.Event()
+        got = {"n": 0, "sha": hashlib.sha256(), "error": None}
+
+        def reader():
+            try:
+                while got["n"] < STREAM_BLOCK * STREAM_BLOCKS:
+                    chunk = sock.recv(1024 if not fast.is_set() else 1 << 20)
+                    if not chunk:
+                        break
+                    got["sha"].update(chunk)
+                    got["n"] += len(chunk)
+                    if not fast.is_set():
+                        time.sleep(0.01)
+            except Exception as e:  # noqa: BLE001 -- reported below
+                got["error"] = repr(e)
+
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        # The stream gets far ahead of the reader: every buffer on the way
+        # fills, and sluice's queue toward the client stays full.
+        wait_until(lambda: got["n"] >= 16 * 1024, timeout=30, what="the stream has begun")
+        time.sleep(2)
+        old = inst.serving_pid()
+        try:
+            install(inst.bin, harness.sluice_next_bin())
+            inst.upgrade()
+            serving_at = got["n"]
+            wait_until(lambda: not pid_alive(old), timeout=60,
+                       what=f"the old process exits while the stream goes on ({got['n']} bytes read)")
+            exited_at = got["n"]
+        finally:
+            fast.set()
+        # The session did not wait for the reader to make room: the old
+        # process left before the reader took another 256 KiB (at its pace
+        # of 100 KB/s, 2.6 s). A session that must first empty its queue
+        # waits for the kernel's send buffer to drain by a third: 1 to 4 MB
+        # read here before sessions carried their pending bytes.
+        assert exited_at - serving_at < 256 * 1024, (serving_at, exited_at)
+        assert exited_at < STREAM_BLOCK * STREAM_BLOCKS, "the stream ended before the old process"
+        t.join(120)
+        assert not t.is_alive() and got["error"] is None, got
+        want = hashlib.sha256()
+        for i in range(STREAM_BLOCKS):
+            want.update(stream_block(i))
+        assert got["n"] == STREAM_BLOCK * STREAM_BLOCKS and got["sha"].hexdigest() == want.hexdigest()
+        sock.close()
+        wait_until(lambda: len(inst.records()) == 1, timeout=15, what="one access record")
+        rec = inst.records()[0]
+        assert int(rec["bytes_out"]) == STREAM_BLOCK * STREAM_BLOCKS, rec
+    finally:
+        inst.stop()
 
 
 def test_tls_preread_session_moves_with_its_sni(instance, tmp_path, backends):

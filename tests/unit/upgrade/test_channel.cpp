@@ -1,0 +1,134 @@
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "upgrade/channel.hpp"
+#include "upgrade/session_record.hpp"
+
+using namespace sluice::upgrade;
+
+namespace {
+
+struct Pair {
+  int fd[2] = {-1, -1};
+  Pair() { REQUIRE(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fd) == 0); }
+  ~Pair() {
+    ::close(fd[0]);
+    ::close(fd[1]);
+  }
+};
+
+// A descriptor whose far end tells it apart: a pipe with `tag` written in.
+int tagged(const std::string& tag) {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  REQUIRE(::write(p[1], tag.data(), tag.size()) == static_cast<ssize_t>(tag.size()));
+  ::close(p[1]);
+  return p[0];
+}
+
+std::string read_all(int fd) {
+  std::string out(64, '\0');
+  const ssize_t n = ::read(fd, out.data(), out.size());
+  out.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  return out;
+}
+
+SessionRecord sample() {
+  SessionRecord r;
+  r.listener = "pg";
+  r.upstream = "replicas";
+  r.origin_upstream = "primary";
+  r.server_identity = std::string("4\0\x7f\0\0\x01:5432", 13);  // any bytes, NULs included
+  r.sni = "db.example";
+  r.alpn = "postgresql";
+  r.bytes_in = 1ull << 40;
+  r.bytes_out = 7;
+  r.age_ms = 86'400'000;
+  r.connect_ms = 3;
+  r.idle_ms = 12;
+  r.tries = 2;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a session record goes through the channel whole, its sockets with it") {
+  Pair p;
+  SessionRecord r = sample();
+  const int client = tagged("client");
+  const int server = tagged("server");
+  REQUIRE(send(p.fd[0], r.to_message(client, server), 1000).empty());
+  ::close(client);
+  ::close(server);
+  Message m;
+  std::string err;
+  REQUIRE(receive_wait(p.fd[1], m, err, 1000) == RecvStatus::ok);
+  SessionRecord got;
+  REQUIRE(SessionRecord::from_message(m, got));
+  CHECK(got.listener == r.listener);
+  CHECK(got.upstream == r.upstream);
+  CHECK(got.origin_upstream == r.origin_upstream);
+  CHECK(got.server_identity == r.server_identity);
+  CHECK(got.sni == r.sni);
+  CHECK(got.alpn == r.alpn);
+  CHECK(got.bytes_in == r.bytes_in);
+  CHECK(got.bytes_out == r.bytes_out);
+  CHECK(got.age_ms == r.age_ms);
+  CHECK(got.connect_ms == r.connect_ms);
+  CHECK(got.idle_ms == r.idle_ms);
+  CHECK(got.tries == r.tries);
+  CHECK(got.pending_in == 0);
+  CHECK(got.pending_out == 0);
+  REQUIRE(m.fds.size() == 2);
+  CHECK(read_all(m.fds[0]) == "client");
+  CHECK(read_all(m.fds[1]) == "server");
+  m.close_fds();
+}
+
+TEST_CASE("pending bytes come with a third descriptor, and only with one") {
+  Pair p;
+  SessionRecord r = sample();
+  r.pending_in = 5;
+  r.pending_out = 6;
+  const int client = tagged("c");
+  const int server = tagged("s");
+  const int pending = tagged("hello world");
+  REQUIRE(send(p.fd[0], r.to_message(client, server, pending), 1000).empty());
+  Message m;
+  std::string err;
+  REQUIRE(receive_wait(p.fd[1], m, err, 1000) == RecvStatus::ok);
+  SessionRecord got;
+  REQUIRE(SessionRecord::from_message(m, got));
+  CHECK(got.pending_in == 5);
+  CHECK(got.pending_out == 6);
+  REQUIRE(m.fds.size() == 3);
+  CHECK(read_all(m.fds[2]) == "hello world");
+
+  // Bytes announced without their file, or a file without bytes: not a record.
+  Message short_of_file = m;
+  short_of_file.fds.pop_back();
+  CHECK_FALSE(SessionRecord::from_message(short_of_file, got));
+  Message file_without_bytes = r.to_message(client, server, pending);
+  file_without_bytes.fields[14] = "0";
+  file_without_bytes.fields[15] = "0";
+  CHECK_FALSE(SessionRecord::from_message(file_without_bytes, got));
+  m.close_fds();
+  ::close(client);
+  ::close(server);
+  ::close(pending);
+}
+
+TEST_CASE("a record with fields missing is refused") {
+  SessionRecord r = sample();
+  Message m = r.to_message(3, 4);
+  m.fields.pop_back();
+  SessionRecord got;
+  CHECK_FALSE(SessionRecord::from_message(m, got));
+  m = r.to_message(3, 4);
+  m.kind = Kind::server;
+  CHECK_FALSE(SessionRecord::from_message(m, got));
+}
