@@ -39,6 +39,16 @@ struct Parser {
     return true;
   }
 
+  // A bulk string's or an array's length: -1 (a null) or 0 to `max`.
+  RespResult length(std::string_view text, std::uint64_t max, const char* what, const char* unit, std::int64_t& n) {
+    if (!number(text, n)) return RespResult::bad;
+    if (n < -1 || (n >= 0 && static_cast<std::uint64_t>(n) > max)) {
+      error = std::string(what) + " of " + std::to_string(n) + " " + unit + " (at most " + std::to_string(max) + ")";
+      return RespResult::bad;
+    }
+    return RespResult::done;
+  }
+
   RespResult value(RespValue& out, std::size_t depth) {
     if (pos >= in.size()) return RespResult::more;
     const char kind = in[pos++];
@@ -58,14 +68,10 @@ struct Parser {
         return number(text, out.integer) ? RespResult::done : RespResult::bad;
       case '$': {
         std::int64_t n = 0;
-        if (!number(text, n)) return RespResult::bad;
+        if (RespResult r = length(text, kRespMaxBulk, "a bulk string", "bytes", n); r != RespResult::done) return r;
         if (n == -1) {
           out.type = RespValue::Type::null;
           return RespResult::done;
-        }
-        if (n < 0 || static_cast<std::uint64_t>(n) > kRespMaxBulk) {
-          error = "a bulk string of " + std::to_string(n) + " bytes (at most " + std::to_string(kRespMaxBulk) + ")";
-          return RespResult::bad;
         }
         const auto len = static_cast<std::size_t>(n);
         if (in.size() - pos < len + 2) return RespResult::more;
@@ -80,14 +86,10 @@ struct Parser {
       }
       case '*': {
         std::int64_t n = 0;
-        if (!number(text, n)) return RespResult::bad;
+        if (RespResult r = length(text, kRespMaxItems, "an array", "items", n); r != RespResult::done) return r;
         if (n == -1) {
           out.type = RespValue::Type::null;
           return RespResult::done;
-        }
-        if (n < 0 || static_cast<std::uint64_t>(n) > kRespMaxItems) {
-          error = "an array of " + std::to_string(n) + " items (at most " + std::to_string(kRespMaxItems) + ")";
-          return RespResult::bad;
         }
         if (depth + 1 > kRespMaxDepth) {
           error = "arrays nested more than " + std::to_string(kRespMaxDepth) + " deep";

@@ -55,7 +55,11 @@ TEST_CASE("RESP: replies over the caps, or not RESP, are errors") {
   std::size_t used = 0;
   std::string error;
   CHECK(parse("$999999999\r\n", v, used, error) == RespResult::bad);
+  CHECK(error.find("a bulk string of 999999999 bytes (at most ") == 0);
   CHECK(parse("*100000\r\n", v, used, error) == RespResult::bad);
+  CHECK(error.find("an array of 100000 items (at most ") == 0);
+  CHECK(parse("$-2\r\n", v, used, error) == RespResult::bad);
+  CHECK(parse("*-7\r\n", v, used, error) == RespResult::bad);
   CHECK(parse("*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n", v, used, error) == RespResult::bad);
   CHECK(parse("HTTP/1.1 200 OK\r\n", v, used, error) == RespResult::bad);
   CHECK(parse("$3\r\nabcde\r\n", v, used, error) == RespResult::bad);
