@@ -437,12 +437,16 @@ class RedisServer:
         return f"127.0.0.1:{self.port}"
 
     def _start(self) -> bool:
-        self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--daemonize", "no",
-             "--dir", str(self.workdir), "--logfile", "", "--loglevel", "notice", *self.extra],
-            cwd=self.workdir, env=clean_env(), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        return self._spawn([REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
+                            "--save", "", "--appendonly", "no", "--daemonize", "no",
+                            "--dir", str(self.workdir), "--logfile", "", "--loglevel", "notice", *self.extra])
+
+    def _spawn(self, argv: list[str]) -> bool:
+        """Starts `argv` in workdir and waits for READY in its output; False
+        when it does not come (the port was taken: start_on_free_port tries
+        another)."""
+        self.proc = subprocess.Popen(argv, cwd=self.workdir, env=clean_env(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.log = harness.LineLog(self.proc.stdout)
         try:
             self.log.wait_for(self.READY, timeout=harness.START_TIMEOUT)

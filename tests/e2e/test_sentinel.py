@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shutil
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -47,15 +46,7 @@ class SentinelNode(dbpeers.RedisServer):
             f"sentinel down-after-milliseconds {MASTER} 2000\n"
             f"sentinel failover-timeout {MASTER} 10000\n"
             f"sentinel parallel-syncs {MASTER} 1\n")
-        self.proc = subprocess.Popen(
-            [REDIS_SENTINEL, str(conf)], cwd=self.workdir, env=dbpeers.clean_env(),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.log = harness.LineLog(self.proc.stdout)
-        try:
-            self.log.wait_for(self.READY, timeout=harness.START_TIMEOUT)
-        except harness.Timeout:
-            return False
-        return True
+        return self._spawn([REDIS_SENTINEL, str(conf)])
 
 
 def call(port: int, *args: str):
