@@ -672,3 +672,36 @@ def test_client_limit_counts_carry_over(instance):
     finally:
         for s in held:
             s.close()
+
+
+def test_client_rate_limit_buckets_carry_over(instance):
+    """client_rate_limit stays in force across an upgrade: a client that has
+    used up its allowance is still refused by the new process, until its
+    bucket refills (it does not start again with a full one)."""
+    # "2/m": a bucket of one token that refills in 30 s, far longer than an
+    # upgrade takes even on a busy machine (checked below, not assumed).
+    inst = instance(extra_listeners='client_rate_limit = "2/m"\n')
+    used = time.monotonic()
+    with harness.connect(*inst.addr()) as s:
+        assert served(s), "the first connection was refused"
+    with harness.connect(*inst.addr()) as s:
+        assert not served(s), "a second connection got in before the upgrade"
+    old = inst.serving_pid()
+    install(inst.bin, harness.sluice_bin())
+    new = inst.upgrade()
+    wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+    with harness.connect(*inst.addr()) as s:
+        refused_after = not served(s)
+    took = time.monotonic() - used
+    assert took < 25, f"the upgrade took {took:.1f}s: the bucket may have refilled, nothing shown"
+    assert refused_after, "the new process gave the client a fresh allowance"
+    wait_until(lambda: sum(r.get("cause") == "rate_limited" for r in inst.records()) == 2, timeout=15,
+               what="both refusals in the access log")
+    assert inst.admin_request("GET", "/status")[1]["pid"] == new
+    # Once the bucket has refilled (30 s after the allowance was used), the
+    # client is served again, by the new process.
+    def served_again():
+        with harness.connect(*inst.addr()) as s:
+            return served(s)
+    wait_until(served_again, timeout=90, interval=1, what="the client served again after the refill")
+    assert time.monotonic() - used >= 29, "served again before its bucket could refill"
