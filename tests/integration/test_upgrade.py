@@ -698,6 +698,7 @@ def test_client_rate_limit_buckets_carry_over(instance):
     # Refused for its rate (a refusal has no access record; the error log
     # names the cause), once by each process.
     inst.log.wait_for(r"connection from 127\.0\.0\.1:\d+ refused \(rate_limited\)", count=2)
+    inst.log.wait_for(r"the client_rate_limit buckets of 1 client address\(es\) carried over")
     assert inst.admin_request("GET", "/status")[1]["pid"] == new
     # Once the bucket has refilled (30 s after the allowance was used), the
     # client is served again, by the new process.
@@ -706,3 +707,85 @@ def test_client_rate_limit_buckets_carry_over(instance):
             return served(s)
     wait_until(served_again, timeout=90, interval=1, what="the client served again after the refill")
     assert time.monotonic() - used >= 29, "served again before its bucket could refill"
+
+
+def handover_message(kind: int, fields: list[bytes], version: int = 3) -> bytes:
+    """One hand-over datagram: magic "SLUP", version | kind << 16, the field
+    count, then each field's length and bytes."""
+    body = struct.pack("<III", 0x50554c53, version | (kind << 16), len(fields))
+    for f in fields:
+        body += struct.pack("<I", len(f)) + f
+    return body
+
+
+@pytest.mark.parametrize("fields,why", [
+    ([b"main", b"not an address", b"0", b"10"], "entry 1 is not an address, tokens and age"),
+    ([b"main", b"::ffff:127.0.0.1", b"0", b"10", b"::1", b"-1", b"10"], "entry 2 is not an address, tokens and age"),
+    ([b"main", b"::ffff:127.0.0.1", b"500"], "3 fields"),
+    ([b"main"], "1 fields"),
+], ids=["address", "tokens", "cut-short", "empty"])
+def test_malformed_client_message_is_refused(tmp_path, backends, fields, why):
+    """A new process handed a client message it cannot read refuses the
+    hand-over (and so starts nothing) rather than guess."""
+    proc, ours = start_taking_over(tmp_path, backends)
+    try:
+        ours.send(handover_message(9, fields))
+        out, _ = proc.communicate(timeout=harness.START_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        ours.close()
+    text = out.decode(errors="replace")
+    assert proc.returncode != 0, text
+    assert f"upgrade: a malformed client message: {why}" in text, text
+    assert "listening on" not in text, text
+
+
+def test_client_message_for_another_listener_is_ignored(tmp_path, backends):
+    proc, ours = start_taking_over(tmp_path, backends)
+    try:
+        ours.send(handover_message(9, [b"gone", b"::ffff:127.0.0.1", b"0", b"10"]))
+        ours.send(handover_message(9, [b"main", b"::ffff:127.0.0.2", b"0", b"10"]))
+        ours.send(handover_message(5, []))  # go
+        ready = ours.recv(65536)
+        assert ready[:8] == struct.pack("<II", 0x50554c53, 3 | (6 << 16)), ready
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=harness.START_TIMEOUT)
+        ours.close()
+    text = out.decode(errors="replace")
+    assert "the client_rate_limit buckets of 1 client address(es) carried over" in text, text
+    assert "listening on" in text, text
+
+
+def start_taking_over(tmp_path: Path, backends):
+    """sluice started as the new process of an upgrade, with this test as
+    the serving process at the other end of the channel; returns it and our
+    end once its hello has come."""
+    config = tmp_path / "sluice.toml"
+    config.write_text(f"""
+[[listener]]
+name = "main"
+listen = "127.0.0.1:0"
+upstream = "up"
+client_rate_limit = "2/m"
+
+[upstream.up]
+servers = [{{ address = "{backends().address}" }}]
+""")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    env = dict(os.environ, SLUICE_UPGRADE_FD=str(theirs.fileno()))
+    proc = subprocess.Popen([str(harness.sluice_bin()), "-c", str(config)], pass_fds=[theirs.fileno()], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    theirs.close()
+    try:
+        ours.settimeout(harness.START_TIMEOUT)
+        hello = ours.recv(65536)
+        assert hello[:8] == struct.pack("<II", 0x50554c53, 3 | (1 << 16)), hello
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        ours.close()
+        raise
+    return proc, ours
