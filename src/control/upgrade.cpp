@@ -478,13 +478,18 @@ void Control::restore_servers() {
 std::string Control::send_client_buckets(int fd) {
   uv_update_time(loop_);
   const std::uint64_t now_ms = uv_now(loop_);  // the workers' clock (uv_now of their loops)
+  std::size_t buckets = 0;
+  std::size_t messages = 0;
   for (const ListenerView& lv : snapshot_->listeners) {
     const double per_second = lv.config->client_rate_limit.per_second;
     upgrade::Message m;
     m.kind = upgrade::Kind::client;
     std::size_t bytes = 0;
     auto flush = [&] {
-      std::string err = m.fields.size() > 1 ? upgrade::send(fd, m, kSendTimeoutMs) : std::string();
+      if (m.fields.size() == 1) return std::string();
+      buckets += (m.fields.size() - 1) / kClientFields;
+      ++messages;
+      std::string err = upgrade::send(fd, m, kSendTimeoutMs);
       m.fields.resize(1);
       bytes = 0;
       return err;
@@ -502,6 +507,10 @@ std::string Control::send_client_buckets(int fd) {
       }
     }
     if (std::string err = flush(); !err.empty()) return err;
+  }
+  if (buckets > 0) {
+    spdlog::info("upgrade: handed over the client_rate_limit buckets of {} client address(es) in {} message(s)",
+                 buckets, messages);
   }
   return {};
 }

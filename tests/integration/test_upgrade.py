@@ -789,3 +789,28 @@ servers = [{{ address = "{backends().address}" }}]
         ours.close()
         raise
     return proc, ours
+
+
+def test_more_client_buckets_than_one_message_holds_carry_over(instance):
+    """1 500 limited client addresses take several client messages: every
+    bucket arrives, the first, a middle and the last one alike."""
+    inst = instance(extra_listeners='client_rate_limit = "1/h"\n')
+    n = 1500
+    sources = [f"127.1.{i // 250}.{i % 250 + 1}" for i in range(n)]
+    for src in sources:
+        with socket.create_connection(inst.addr(), timeout=10, source_address=(src, 0)):
+            pass
+    wait_until(lambda: len(inst.records()) == n, timeout=60, what=f"{n} access records")
+    old = inst.serving_pid()
+    install(inst.bin, harness.sluice_bin())
+    inst.upgrade()
+    sent = inst.log.wait_for(rf"handed over the client_rate_limit buckets of {n} client address\(es\) in (\d+) message")
+    assert int(sent.group(1)) >= 2, sent.group(0)
+    inst.log.wait_for(rf"the client_rate_limit buckets of {n} client address\(es\) carried over")
+    wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+    for src in (sources[0], sources[n // 2], sources[-1]):
+        with socket.create_connection(inst.addr(), timeout=10, source_address=(src, 0)) as s:
+            assert not served(s), f"{src} got a fresh allowance"
+    # An address not seen before has its full bucket.
+    with socket.create_connection(inst.addr(), timeout=10, source_address=("127.2.0.1", 0)) as s:
+        assert served(s)
