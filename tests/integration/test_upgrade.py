@@ -687,7 +687,7 @@ def test_client_rate_limit_buckets_carry_over(instance):
     with harness.connect(*inst.addr()) as s:
         assert not served(s), "a second connection got in before the upgrade"
     old = inst.serving_pid()
-    install(inst.bin, harness.sluice_bin())
+    install(inst.bin, harness.sluice_next_bin())
     new = inst.upgrade()
     wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
     with harness.connect(*inst.addr()) as s:
@@ -709,7 +709,10 @@ def test_client_rate_limit_buckets_carry_over(instance):
     assert time.monotonic() - used >= 29, "served again before its bucket could refill"
 
 
-def handover_message(kind: int, fields: list[bytes], version: int = 3) -> bytes:
+HANDOVER_FORMAT = 4  # src/upgrade/channel.hpp, kFormatVersion
+
+
+def handover_message(kind: int, fields: list[bytes], version: int = HANDOVER_FORMAT) -> bytes:
     """One hand-over datagram: magic "SLUP", version | kind << 16, the field
     count, then each field's length and bytes."""
     body = struct.pack("<III", 0x50554c53, version | (kind << 16), len(fields))
@@ -749,7 +752,7 @@ def test_client_message_for_another_listener_is_ignored(tmp_path, backends):
         ours.send(handover_message(9, [b"main", b"::ffff:127.0.0.2", b"0", b"10"]))
         ours.send(handover_message(5, []))  # go
         ready = ours.recv(65536)
-        assert ready[:8] == struct.pack("<II", 0x50554c53, 3 | (6 << 16)), ready
+        assert ready[:8] == struct.pack("<II", 0x50554c53, HANDOVER_FORMAT | (6 << 16)), ready
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=harness.START_TIMEOUT)
@@ -782,7 +785,7 @@ servers = [{{ address = "{backends().address}" }}]
     try:
         ours.settimeout(harness.START_TIMEOUT)
         hello = ours.recv(65536)
-        assert hello[:8] == struct.pack("<II", 0x50554c53, 3 | (1 << 16)), hello
+        assert hello[:8] == struct.pack("<II", 0x50554c53, HANDOVER_FORMAT | (1 << 16)), hello
     except BaseException:
         proc.kill()
         proc.wait()
@@ -802,7 +805,7 @@ def test_more_client_buckets_than_one_message_holds_carry_over(instance):
             pass
     wait_until(lambda: len(inst.records()) == n, timeout=60, what=f"{n} access records")
     old = inst.serving_pid()
-    install(inst.bin, harness.sluice_bin())
+    install(inst.bin, harness.sluice_next_bin())
     inst.upgrade()
     sent = inst.log.wait_for(rf"handed over the client_rate_limit buckets of {n} client address\(es\) in (\d+) message")
     assert int(sent.group(1)) >= 2, sent.group(0)
