@@ -149,6 +149,12 @@ class Control {
   // server (active-check state, drain/disable, runtime weight), before the
   // health checks start from it.
   void restore_servers();
+  // The old process: the client_rate_limit buckets that are not full, a
+  // few hundred per "client" message. Returns "" or the send error.
+  std::string send_client_buckets(int fd);
+  // The new process: one "client" message's buckets into the listener of
+  // that name. Returns "" or what is wrong with the message.
+  std::string restore_client_buckets(const std::vector<std::string>& fields);
   void remove_pid_file();
 
   bool start();
@@ -253,6 +259,7 @@ class Control {
   std::map<std::string, std::vector<int>> inherited_;  // socket key -> sockets handed over
   int inherited_admin_ = -1;
   std::vector<std::vector<std::string>> inherited_servers_;  // "server" messages' fields
+  std::uint64_t buckets_restored_ = 0;  // client_rate_limit buckets carried over
   uv_poll_t takeover_poll_{};       // the channel, once this process serves
   bool takeover_poll_open_ = false;
   unsigned next_adopter_ = 0;

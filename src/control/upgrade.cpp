@@ -4,7 +4,8 @@
 //   SIGUSR2 / POST /upgrade
 //   spawn <exe> <args>, fd 3 = channel ->  parses its configuration
 //                                       <- hello (format version, PID)
-//   listener x N, admin, go             ->  opens nothing it was given
+//   listener x N, server x N,
+//   client x N, admin, go               ->  opens nothing it was given
 //                                           starts its workers: accepting
 //                                       <- ready (pid_file, MAINPID=)
 //   stops accepting, hands its sessions
@@ -13,6 +14,7 @@
 // Until "ready" the old process still accepts on the very same sockets: a
 // new binary that fails (exits, hangs past upgrade_timeout, refuses the
 // format) leaves nothing behind and the old one serves on.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -48,6 +50,15 @@ constexpr std::size_t kFdsPerMessage = 200;
 // override and its base, then passive health (down?, fails, window age,
 // down period left, time down, in ms).
 constexpr std::size_t kServerFields = 11;
+// A client message: the listener's name, then per client address three
+// fields: the address (IPv6 text; IPv4 clients IPv4-mapped), its tokens in
+// thousandths, the age of its last refill in ms (an age, not a time: the
+// two processes' clocks need not agree).
+constexpr std::size_t kClientFields = 3;
+// Payload bytes after which a client message is sent: well under the
+// channel's 64 KiB per message (an entry takes at most ~100 bytes), so
+// 65 536 addresses go in a few hundred datagrams.
+constexpr std::size_t kClientBatchBytes = 32 * 1024;
 
 }  // namespace
 
@@ -300,6 +311,7 @@ void Control::on_upgrade_message(Upgrade& u) {
                      upgrade::field(static_cast<std::uint64_t>(passive.down_age.count()))};
         send_error = upgrade::send(u.fd, sm, kSendTimeoutMs);
       }
+      if (send_error.empty()) send_error = send_client_buckets(u.fd);
       if (send_error.empty() && admin_http_ && admin_http_->listening_fd() >= 0) {
         upgrade::Message a;
         a.kind = upgrade::Kind::admin;
@@ -414,7 +426,15 @@ std::string Control::receive_handover() {
         m.close_fds();
         if (m.fields.size() == kServerFields) inherited_servers_.push_back(std::move(m.fields));
         break;
+      case upgrade::Kind::client:
+        m.close_fds();
+        if (std::string bad = restore_client_buckets(m.fields); !bad.empty()) return "a malformed client message: " + bad;
+        break;
       case upgrade::Kind::go:
+        if (buckets_restored_ > 0) {
+          spdlog::info("upgrade: the client_rate_limit buckets of {} client address(es) carried over",
+                       buckets_restored_);
+        }
         return {};
       case upgrade::Kind::refuse:
         return "refused by the serving process: " + (m.fields.empty() ? std::string("?") : m.fields[0]);
@@ -453,6 +473,76 @@ void Control::restore_servers() {
   }
   spdlog::info("upgrade: the state of {} server(s) carried over", restored);
   inherited_servers_.clear();
+}
+
+std::string Control::send_client_buckets(int fd) {
+  uv_update_time(loop_);
+  const std::uint64_t now_ms = uv_now(loop_);  // the workers' clock (uv_now of their loops)
+  std::size_t buckets = 0;
+  std::size_t messages = 0;
+  for (const ListenerView& lv : snapshot_->listeners) {
+    const double per_second = lv.config->client_rate_limit.per_second;
+    upgrade::Message m;
+    m.kind = upgrade::Kind::client;
+    std::size_t bytes = 0;
+    auto flush = [&] {
+      if (m.fields.size() == 1) return std::string();
+      buckets += (m.fields.size() - 1) / kClientFields;
+      ++messages;
+      std::string err = upgrade::send(fd, m, kSendTimeoutMs);
+      m.fields.resize(1);
+      bytes = 0;
+      return err;
+    };
+    m.fields.push_back(lv.config->name);
+    for (const ClientTable::SavedBucket& b : lv.stats->clients.save_buckets(per_second, now_ms)) {
+      char text[INET6_ADDRSTRLEN] = {};
+      ::inet_ntop(AF_INET6, b.addr.data(), text, sizeof text);
+      m.fields.emplace_back(text);
+      m.fields.push_back(upgrade::field(b.tokens_milli));
+      m.fields.push_back(upgrade::field(b.age_ms));
+      for (std::size_t i = m.fields.size() - kClientFields; i < m.fields.size(); ++i) bytes += 4 + m.fields[i].size();
+      if (bytes >= kClientBatchBytes) {
+        if (std::string err = flush(); !err.empty()) return err;
+      }
+    }
+    if (std::string err = flush(); !err.empty()) return err;
+  }
+  if (buckets > 0) {
+    spdlog::info("upgrade: handed over the client_rate_limit buckets of {} client address(es) in {} message(s)",
+                 buckets, messages);
+  }
+  return {};
+}
+
+std::string Control::restore_client_buckets(const std::vector<std::string>& fields) {
+  if (fields.size() < 1 + kClientFields || (fields.size() - 1) % kClientFields != 0) {
+    return std::to_string(fields.size()) + " fields";
+  }
+  // A listener this configuration does not have (or without a rate limit
+  // now): its buckets mean nothing here. The message is still checked whole.
+  const ListenerConfig* l = nullptr;
+  for (const ListenerConfig& c : initial_->listeners) {
+    if (c.name == fields[0] && c.client_rate_limit.per_second > 0) l = &c;
+  }
+  std::vector<ClientTable::SavedBucket> buckets;
+  for (std::size_t i = 1; i < fields.size(); i += kClientFields) {
+    ClientTable::SavedBucket b;
+    if (fields[i].find('\0') != std::string::npos || ::inet_pton(AF_INET6, fields[i].c_str(), b.addr.data()) != 1 ||
+        !upgrade::parse_number(fields[i + 1], b.tokens_milli) || !upgrade::parse_number(fields[i + 2], b.age_ms)) {
+      return "entry " + std::to_string((i - 1) / kClientFields + 1) + " is not an address, tokens and age";
+    }
+    buckets.push_back(b);
+  }
+  if (l == nullptr) return {};
+  // Created here, before the first Snapshot: it finds this one by name.
+  ClientTable& table = registry_.listener(l->name)->clients;
+  uv_update_time(loop_);
+  const std::uint64_t now_ms = uv_now(loop_);
+  for (const ClientTable::SavedBucket& b : buckets) {
+    if (table.restore_bucket(b, l->client_rate_limit.per_second, now_ms)) ++buckets_restored_;
+  }
+  return {};
 }
 
 bool Control::take_inherited(const ListenerConfig& l, const std::string& key, std::vector<int>& fds,

@@ -1,6 +1,7 @@
 #include "runtime/client_table.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <netinet/in.h>
@@ -59,34 +60,39 @@ void ClientTable::IdleList::remove(Node& n) {
   e.idle = false;
 }
 
+ClientTable::Shard& ClientTable::shard_of(const Key& k) { return shards_[KeyHash{}(k) % kShards]; }
+
+ClientTable::Node* ClientTable::find_or_add(Shard& sh, const Key& k, double tokens, std::uint64_t now_ms) {
+  auto it = sh.clients.find(k);
+  if (it != sh.clients.end()) return &*it;
+  if (sh.clients.size() >= per_shard_) {
+    // Forget the address seen least recently among those with nothing
+    // open: constant work, whatever its bucket still holds (a client that
+    // keeps coming back stays near the new end and keeps its bucket).
+    Node* victim = sh.idle.oldest;
+    if (victim == nullptr) return nullptr;
+    const Key old = victim->first;  // erase() must not read a key from the node it frees
+    sh.idle.remove(*victim);
+    sh.clients.erase(old);
+    evicted_.fetch_add(1, std::memory_order_relaxed);
+  }
+  Entry fresh;
+  fresh.tokens = tokens;
+  fresh.last_ms = now_ms;
+  return &*sh.clients.emplace(k, fresh).first;
+}
+
 Cause ClientTable::admit(const sockaddr* client, const Limits& limits, std::uint64_t now_ms) {
   const Key k = key_of(client);
-  Shard& sh = shards_[KeyHash{}(k) % kShards];
+  Shard& sh = shard_of(k);
   std::lock_guard lock(sh.mu);
-  auto it = sh.clients.find(k);
-  if (it == sh.clients.end()) {
-    if (sh.clients.size() >= per_shard_) {
-      // Forget the address seen least recently among those with nothing
-      // open: constant work, whatever its bucket still holds (a client that
-      // keeps coming back stays near the new end and keeps its bucket).
-      Node* victim = sh.idle.oldest;
-      if (victim == nullptr) {
-        refused_full_.fetch_add(1, std::memory_order_relaxed);
-        return Cause::client_limit;
-      }
-      const Key old = victim->first;  // erase() must not read a key from the node it frees
-      sh.idle.remove(*victim);
-      sh.clients.erase(old);
-      evicted_.fetch_add(1, std::memory_order_relaxed);
-    }
-    Entry fresh;
-    fresh.tokens = std::max(1.0, limits.per_second);
-    fresh.last_ms = now_ms;
-    it = sh.clients.emplace(k, fresh).first;
-  } else {
-    sh.idle.remove(*it);
+  Node* found = find_or_add(sh, k, std::max(1.0, limits.per_second), now_ms);
+  if (found == nullptr) {
+    refused_full_.fetch_add(1, std::memory_order_relaxed);
+    return Cause::client_limit;
   }
-  Node& node = *it;
+  Node& node = *found;
+  sh.idle.remove(node);
   Entry& e = node.second;
   Cause cause = Cause::none;
   if (limits.max_connections > 0 && e.open >= limits.max_connections) {
@@ -106,11 +112,50 @@ Cause ClientTable::admit(const sockaddr* client, const Limits& limits, std::uint
 
 void ClientTable::release(const sockaddr* client) {
   const Key k = key_of(client);
-  Shard& sh = shards_[KeyHash{}(k) % kShards];
+  Shard& sh = shard_of(k);
   std::lock_guard lock(sh.mu);
   auto it = sh.clients.find(k);
   if (it == sh.clients.end() || it->second.open == 0) return;
   if (--it->second.open == 0) sh.idle.push_newest(*it);
+}
+
+std::vector<ClientTable::SavedBucket> ClientTable::save_buckets(double per_second, std::uint64_t now_ms) const {
+  std::vector<SavedBucket> out;
+  if (per_second <= 0) return out;
+  const double burst = std::max(1.0, per_second);
+  for (const Shard& sh : shards_) {
+    std::lock_guard lock(sh.mu);
+    for (const auto& [key, e] : sh.clients) {
+      const std::uint64_t age = now_ms > e.last_ms ? now_ms - e.last_ms : 0;
+      if (e.tokens + per_second * static_cast<double>(age) / 1000.0 >= burst) continue;
+      SavedBucket b;
+      b.addr = key.addr;
+      // Rounded down, so the new process never grants more than was left
+      // (the epsilon keeps a value restored from thousandths as it came).
+      b.tokens_milli = e.tokens > 0 ? static_cast<std::uint64_t>(std::floor(e.tokens * 1000.0 + 1e-6)) : 0;
+      b.age_ms = age;
+      out.push_back(b);
+    }
+  }
+  return out;
+}
+
+bool ClientTable::restore_bucket(const SavedBucket& b, double per_second, std::uint64_t now_ms) {
+  Key k;
+  k.addr = b.addr;
+  Shard& sh = shard_of(k);
+  std::lock_guard lock(sh.mu);
+  Node* node = find_or_add(sh, k, 0, now_ms);
+  if (node == nullptr) return false;
+  Entry& e = node->second;
+  e.tokens = std::min(std::max(1.0, per_second), static_cast<double>(b.tokens_milli) / 1000.0);
+  e.last_ms = now_ms > b.age_ms ? now_ms - b.age_ms : 0;
+  if (e.open == 0) {
+    // Seen as of its last refill: the newest, like an address just seen.
+    sh.idle.remove(*node);
+    sh.idle.push_newest(*node);
+  }
+  return true;
 }
 
 std::size_t ClientTable::size() const {

@@ -12,6 +12,14 @@
 // every slot of the shard holds a client with an open connection is a new
 // address refused (cause client_limit). The table is split in shards, each
 // with its own lock, so workers rarely contend.
+//
+// A binary upgrade moves the token buckets to the new process
+// (save_buckets / restore_bucket): only those not full, since a full bucket
+// is what an unknown address gets anyway. Open counts do not move: each
+// session handed over counts itself in the new process. A bucket restored
+// into a full shard takes the place of the least recently seen idle address,
+// as a new address does on admit; when every slot holds an open connection
+// it is skipped (that client then starts with a full bucket).
 #pragma once
 
 #include <array>
@@ -20,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <sys/socket.h>
 
@@ -46,6 +55,23 @@ class ClientTable {
   Cause admit(const sockaddr* client, const Limits& limits, std::uint64_t now_ms);
   // A connection admitted with max_connections on has closed.
   void release(const sockaddr* client);
+
+  // One client's token bucket, as a binary upgrade carries it.
+  struct SavedBucket {
+    std::array<std::uint8_t, 16> addr{};  // IPv6, or IPv4-mapped IPv6
+    std::uint64_t tokens_milli = 0;       // thousandths of a token, rounded down
+    std::uint64_t age_ms = 0;             // since it was last refilled
+  };
+  // The buckets that are not full at now_ms for a limit of per_second
+  // (none when it is 0). Locks one shard at a time, so workers go on
+  // admitting meanwhile; holds at most max_clients entries.
+  std::vector<SavedBucket> save_buckets(double per_second, std::uint64_t now_ms) const;
+  // Sets the bucket of b.addr as saved (last refilled b.age_ms before
+  // now_ms; at most full for a limit of per_second, which may have changed
+  // with the binary's configuration), adding the address if it is new. Its
+  // open count is left as it is. False when the shard is full of open
+  // connections (see above).
+  bool restore_bucket(const SavedBucket& b, double per_second, std::uint64_t now_ms);
 
   std::size_t size() const;
   std::uint64_t refused_full() const { return refused_full_.load(std::memory_order_relaxed); }
@@ -86,6 +112,11 @@ class ClientTable {
 
   static Key key_of(const sockaddr* sa);
   static void refill(Entry& e, double per_second, std::uint64_t now_ms);
+  Shard& shard_of(const Key& k);
+  // The entry of `k` (shard locked), added with `tokens` when new; when
+  // the shard is full the oldest idle address makes room. Null when every
+  // slot holds an open connection.
+  Node* find_or_add(Shard& sh, const Key& k, double tokens, std::uint64_t now_ms);
 
   std::size_t per_shard_;
   std::array<Shard, kShards> shards_;

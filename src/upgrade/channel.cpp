@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <system_error>
 
 namespace sluice::upgrade {
 
@@ -49,6 +50,12 @@ std::uint64_t number(std::string_view s) {
   std::uint64_t v = 0;
   std::from_chars(s.data(), s.data() + s.size(), v);
   return v;
+}
+
+bool parse_number(std::string_view s, std::uint64_t& v) {
+  const char* end = s.data() + s.size();
+  const auto r = std::from_chars(s.data(), end, v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == end;
 }
 
 std::string send(int fd, const Message& m, int timeout_ms) {

@@ -20,8 +20,9 @@ namespace sluice::upgrade {
 
 // Raised whenever a message's layout or meaning changes. 2: a server
 // message carries passive health too. 3: a session message carries the
-// bytes it had read and not yet written.
-inline constexpr std::uint16_t kFormatVersion = 3;
+// bytes it had read and not yet written. 4: client messages carry the
+// client_rate_limit buckets.
+inline constexpr std::uint16_t kFormatVersion = 4;
 
 // The environment variable that names the new process's end of the channel.
 inline constexpr const char* kFdEnv = "SLUICE_UPGRADE_FD";
@@ -35,6 +36,7 @@ enum class Kind : std::uint16_t {
   ready = 6,     // new -> old: accepting now; stop accepting
   session = 7,   // old -> new: one live session: its record; client and server sockets
   server = 8,    // old -> new: runtime state of one server
+  client = 9,    // old -> new: a listener's client_rate_limit buckets that are not full
 };
 
 struct Message {
@@ -61,5 +63,7 @@ RecvStatus receive_wait(int fd, Message& m, std::string& error, int timeout_ms);
 // Numbers as fields.
 std::string field(std::uint64_t v);
 std::uint64_t number(std::string_view s);
+// As number(), but false unless `s` is all digits and fits.
+bool parse_number(std::string_view s, std::uint64_t& v);
 
 }  // namespace sluice::upgrade

@@ -672,3 +672,148 @@ def test_client_limit_counts_carry_over(instance):
     finally:
         for s in held:
             s.close()
+
+
+def test_client_rate_limit_buckets_carry_over(instance):
+    """client_rate_limit stays in force across an upgrade: a client that has
+    used up its allowance is still refused by the new process, until its
+    bucket refills (it does not start again with a full one)."""
+    # "2/m": a bucket of one token that refills in 30 s, far longer than an
+    # upgrade takes even on a busy machine (checked below, not assumed).
+    inst = instance(extra_listeners='client_rate_limit = "2/m"\n')
+    used = time.monotonic()
+    with harness.connect(*inst.addr()) as s:
+        assert served(s), "the first connection was refused"
+    with harness.connect(*inst.addr()) as s:
+        assert not served(s), "a second connection got in before the upgrade"
+    old = inst.serving_pid()
+    install(inst.bin, harness.sluice_next_bin())
+    new = inst.upgrade()
+    wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+    with harness.connect(*inst.addr()) as s:
+        refused_after = not served(s)
+    took = time.monotonic() - used
+    assert took < 25, f"the upgrade took {took:.1f}s: the bucket may have refilled, nothing shown"
+    assert refused_after, "the new process gave the client a fresh allowance"
+    # Refused for its rate (a refusal has no access record; the error log
+    # names the cause), once by each process.
+    inst.log.wait_for(r"connection from 127\.0\.0\.1:\d+ refused \(rate_limited\)", count=2)
+    inst.log.wait_for(r"the client_rate_limit buckets of 1 client address\(es\) carried over")
+    assert inst.admin_request("GET", "/status")[1]["pid"] == new
+    # Once the bucket has refilled (30 s after the allowance was used), the
+    # client is served again, by the new process.
+    def served_again():
+        with harness.connect(*inst.addr()) as s:
+            return served(s)
+    wait_until(served_again, timeout=90, interval=1, what="the client served again after the refill")
+    assert time.monotonic() - used >= 29, "served again before its bucket could refill"
+
+
+HANDOVER_FORMAT = 4  # src/upgrade/channel.hpp, kFormatVersion
+
+
+def handover_message(kind: int, fields: list[bytes], version: int = HANDOVER_FORMAT) -> bytes:
+    """One hand-over datagram: magic "SLUP", version | kind << 16, the field
+    count, then each field's length and bytes."""
+    body = struct.pack("<III", 0x50554c53, version | (kind << 16), len(fields))
+    for f in fields:
+        body += struct.pack("<I", len(f)) + f
+    return body
+
+
+@pytest.mark.parametrize("fields,why", [
+    ([b"main", b"not an address", b"0", b"10"], "entry 1 is not an address, tokens and age"),
+    ([b"main", b"::ffff:127.0.0.1", b"0", b"10", b"::1", b"-1", b"10"], "entry 2 is not an address, tokens and age"),
+    ([b"main", b"::ffff:127.0.0.1", b"500"], "3 fields"),
+    ([b"main"], "1 fields"),
+], ids=["address", "tokens", "cut-short", "empty"])
+def test_malformed_client_message_is_refused(tmp_path, backends, fields, why):
+    """A new process handed a client message it cannot read refuses the
+    hand-over (and so starts nothing) rather than guess."""
+    proc, ours = start_taking_over(tmp_path, backends)
+    try:
+        ours.send(handover_message(9, fields))
+        out, _ = proc.communicate(timeout=harness.START_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        ours.close()
+    text = out.decode(errors="replace")
+    assert proc.returncode != 0, text
+    assert f"upgrade: a malformed client message: {why}" in text, text
+    assert "listening on" not in text, text
+
+
+def test_client_message_for_another_listener_is_ignored(tmp_path, backends):
+    proc, ours = start_taking_over(tmp_path, backends)
+    try:
+        ours.send(handover_message(9, [b"gone", b"::ffff:127.0.0.1", b"0", b"10"]))
+        ours.send(handover_message(9, [b"main", b"::ffff:127.0.0.2", b"0", b"10"]))
+        ours.send(handover_message(5, []))  # go
+        ready = ours.recv(65536)
+        assert ready[:8] == struct.pack("<II", 0x50554c53, HANDOVER_FORMAT | (6 << 16)), ready
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=harness.START_TIMEOUT)
+        ours.close()
+    text = out.decode(errors="replace")
+    assert "the client_rate_limit buckets of 1 client address(es) carried over" in text, text
+    assert "listening on" in text, text
+
+
+def start_taking_over(tmp_path: Path, backends):
+    """sluice started as the new process of an upgrade, with this test as
+    the serving process at the other end of the channel; returns it and our
+    end once its hello has come."""
+    config = tmp_path / "sluice.toml"
+    config.write_text(f"""
+[[listener]]
+name = "main"
+listen = "127.0.0.1:0"
+upstream = "up"
+client_rate_limit = "2/m"
+
+[upstream.up]
+servers = [{{ address = "{backends().address}" }}]
+""")
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    env = dict(os.environ, SLUICE_UPGRADE_FD=str(theirs.fileno()))
+    proc = subprocess.Popen([str(harness.sluice_bin()), "-c", str(config)], pass_fds=[theirs.fileno()], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    theirs.close()
+    try:
+        ours.settimeout(harness.START_TIMEOUT)
+        hello = ours.recv(65536)
+        assert hello[:8] == struct.pack("<II", 0x50554c53, HANDOVER_FORMAT | (1 << 16)), hello
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        ours.close()
+        raise
+    return proc, ours
+
+
+def test_more_client_buckets_than_one_message_holds_carry_over(instance):
+    """1 500 limited client addresses take several client messages: every
+    bucket arrives, the first, a middle and the last one alike."""
+    inst = instance(extra_listeners='client_rate_limit = "1/h"\n')
+    n = 1500
+    sources = [f"127.1.{i // 250}.{i % 250 + 1}" for i in range(n)]
+    for src in sources:
+        with socket.create_connection(inst.addr(), timeout=10, source_address=(src, 0)):
+            pass
+    wait_until(lambda: len(inst.records()) == n, timeout=60, what=f"{n} access records")
+    old = inst.serving_pid()
+    install(inst.bin, harness.sluice_next_bin())
+    inst.upgrade()
+    sent = inst.log.wait_for(rf"handed over the client_rate_limit buckets of {n} client address\(es\) in (\d+) message")
+    assert int(sent.group(1)) >= 2, sent.group(0)
+    inst.log.wait_for(rf"the client_rate_limit buckets of {n} client address\(es\) carried over")
+    wait_until(lambda: not pid_alive(old), timeout=30, what="the old process exits")
+    for src in (sources[0], sources[n // 2], sources[-1]):
+        with socket.create_connection(inst.addr(), timeout=10, source_address=(src, 0)) as s:
+            assert not served(s), f"{src} got a fresh allowance"
+    # An address not seen before has its full bucket.
+    with socket.create_connection(inst.addr(), timeout=10, source_address=("127.2.0.1", 0)) as s:
+        assert served(s)

@@ -198,3 +198,118 @@ TEST_CASE("a shard whose every slot has an open connection refuses; a slot frees
   }
   CHECK(t.size() == ClientTable::kShards);
 }
+
+namespace {
+
+std::vector<ClientTable::SavedBucket> sorted(std::vector<ClientTable::SavedBucket> v) {
+  std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.addr < y.addr; });
+  return v;
+}
+
+ClientTable::SavedBucket saved(const sockaddr_storage& ss, std::uint64_t tokens_milli, std::uint64_t age_ms) {
+  ClientTable::SavedBucket b;
+  const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+  b.addr[10] = 0xff;
+  b.addr[11] = 0xff;
+  std::memcpy(b.addr.data() + 12, &a->sin_addr, 4);
+  b.tokens_milli = tokens_milli;
+  b.age_ms = age_ms;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("rate-limit buckets move to another table: tokens and refill age kept, full buckets left out") {
+  ClientTable from;
+  const ClientTable::Limits lim{0, 2};  // a bucket of 2 tokens, 2 per second
+  const auto spent = v4("192.0.2.1");   // both tokens used
+  const auto half = v4("192.0.2.2");    // one used
+  const auto full = v4("192.0.2.3");    // one used, long refilled since
+  CHECK(from.admit(sa(full), lim, 0) == Cause::none);
+  for (int i = 0; i < 2; ++i) CHECK(from.admit(sa(spent), lim, 1000) == Cause::none);
+  CHECK(from.admit(sa(spent), lim, 1000) == Cause::rate_limited);
+  CHECK(from.admit(sa(half), lim, 1000) == Cause::none);
+  CHECK(from.save_buckets(0, 1250).empty());  // no limit: nothing to carry
+
+  const auto buckets = sorted(from.save_buckets(2, 1250));
+  REQUIRE(buckets.size() == 2);
+  CHECK(buckets[0].addr == saved(spent, 0, 0).addr);
+  CHECK(buckets[0].tokens_milli == 0);
+  CHECK(buckets[0].age_ms == 250);
+  CHECK(buckets[1].addr == saved(half, 0, 0).addr);
+  CHECK(buckets[1].tokens_milli == 1000);
+  CHECK(buckets[1].age_ms == 250);
+
+  // Another process: another clock.
+  ClientTable to;
+  const std::uint64_t now = 50'000;
+  for (const auto& b : buckets) CHECK(to.restore_bucket(b, 2, now));
+  CHECK(to.size() == 2);
+  const auto again = sorted(to.save_buckets(2, now));
+  REQUIRE(again.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(again[i].addr == buckets[i].addr);
+    CHECK(again[i].tokens_milli == buckets[i].tokens_milli);
+    CHECK(again[i].age_ms == buckets[i].age_ms);
+  }
+  // 0 + 250 ms of refill = half a token: refused; 250 ms on, one token.
+  CHECK(to.admit(sa(spent), lim, now) == Cause::rate_limited);
+  CHECK(to.admit(sa(spent), lim, now + 250) == Cause::none);
+  CHECK(to.admit(sa(spent), lim, now + 250) == Cause::rate_limited);
+  // 1 + 0.5 tokens: one more connection, not two.
+  CHECK(to.admit(sa(half), lim, now) == Cause::none);
+  CHECK(to.admit(sa(half), lim, now) == Cause::rate_limited);
+  // A full bucket was not carried: the address starts with a full one, as it would anyway.
+  CHECK(to.admit(sa(full), lim, now) == Cause::none);
+  CHECK(to.admit(sa(full), lim, now) == Cause::none);
+  CHECK(to.admit(sa(full), lim, now) == Cause::rate_limited);
+}
+
+TEST_CASE("a restored bucket is at most full for the limit in force, and keeps thousandths") {
+  ClientTable t;
+  const auto a = v4("198.51.100.1");
+  const auto b = v4("198.51.100.2");
+  CHECK(t.restore_bucket(saved(a, 5000, 0), 2, 1000));  // the old limit was higher
+  CHECK(t.restore_bucket(saved(b, 333, 7), 2, 1000));
+  const auto got = t.save_buckets(2, 1000);
+  REQUIRE(got.size() == 1);  // a is full under the limit in force
+  CHECK(got[0].tokens_milli == 333);
+  CHECK(got[0].age_ms == 7);
+  const ClientTable::Limits lim{0, 2};
+  CHECK(t.admit(sa(a), lim, 1000) == Cause::none);
+  CHECK(t.admit(sa(a), lim, 1000) == Cause::none);
+  CHECK(t.admit(sa(a), lim, 1000) == Cause::rate_limited);
+}
+
+TEST_CASE("restoring into a full table takes an idle address's place as admit does; open counts are kept") {
+  ClientTable t(ClientTable::kShards);  // one address per shard
+  const ClientTable::Limits lim{1, 1};
+  std::vector<std::uint32_t> admitted;
+  for (std::uint32_t i = 0; i < 1000; ++i) {
+    if (t.admit(sa(nth(i)), lim, 0) == Cause::none) admitted.push_back(i);
+  }
+  REQUIRE(admitted.size() == ClientTable::kShards);  // every shard full, each with an open connection
+  const std::uint64_t refused_before = t.refused_full();
+  const auto newcomer = v4("203.0.113.9");
+  // Every slot holds an open connection: the bucket is skipped, nothing is
+  // evicted, and it does not count as a refused connection.
+  CHECK_FALSE(t.restore_bucket(saved(newcomer, 0, 0), 1, 0));
+  CHECK(t.size() == ClientTable::kShards);
+  CHECK(t.evicted() == 0);
+  CHECK(t.refused_full() == refused_before);
+  // An address already there gets its bucket; its open connection still counts.
+  auto held = nth(admitted[0]);
+  ClientTable::SavedBucket mine;
+  std::memcpy(mine.addr.data(), reinterpret_cast<const sockaddr_in6*>(&held)->sin6_addr.s6_addr, 16);
+  mine.tokens_milli = 1000;  // its own token was spent at admit
+  CHECK(t.restore_bucket(mine, 1, 0));
+  CHECK(t.admit(sa(held), lim, 0) == Cause::client_limit);
+  t.release(sa(held));
+  CHECK(t.admit(sa(held), lim, 0) == Cause::none);  // the restored token
+  // Once they leave, a restored bucket takes the place of an idle address.
+  for (std::uint32_t i : admitted) t.release(sa(nth(i)));
+  CHECK(t.restore_bucket(saved(newcomer, 0, 0), 1, 0));
+  CHECK(t.size() == ClientTable::kShards);
+  CHECK(t.evicted() == 1);
+  CHECK(t.admit(sa(newcomer), lim, 0) == Cause::rate_limited);
+}

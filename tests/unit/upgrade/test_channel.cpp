@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <string>
 
 #include "upgrade/channel.hpp"
@@ -131,4 +132,16 @@ TEST_CASE("a record with fields missing is refused") {
   m = r.to_message(3, 4);
   m.kind = Kind::server;
   CHECK_FALSE(SessionRecord::from_message(m, got));
+}
+
+TEST_CASE("parse_number takes whole decimal numbers only") {
+  std::uint64_t v = 7;
+  CHECK(parse_number("0", v));
+  CHECK(v == 0);
+  CHECK(parse_number("18446744073709551615", v));
+  CHECK(v == UINT64_MAX);
+  for (const char* bad : {"", "-1", "+1", " 1", "1 ", "1.5", "0x10", "18446744073709551616", "12a"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_number(bad, v));
+  }
 }
