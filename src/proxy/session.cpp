@@ -46,6 +46,12 @@ struct Session::Extra {
   std::string alpn;
   SockAddr proxied_destination{};          // from a PROXY header
   bool pg_ssl = false;                     // the server must be asked for TLS (SSLRequest) first
+  RouteStats* route_stats = nullptr;       // the SNI route (or default) a preread chose
+  // Bytes already in the byte counters: kept only once a session has
+  // counted before its end (interim records, adoption), so that a short
+  // session carries neither (every idle session would pay 16 bytes).
+  std::uint64_t counted_in = 0;
+  std::uint64_t counted_out = 0;
 };
 
 Session::Extra& Session::extra() {
@@ -335,9 +341,9 @@ void Session::on_preread_data(const char* data, std::size_t len) {
   // The preread state is released now.
   x.stage.reset();
   if (lv_.default_route_stats) {
-    route_stats_ = r.route >= 0 ? lv_.route_stats[static_cast<std::size_t>(r.route)].get()
-                                : lv_.default_route_stats.get();
-    route_stats_->sessions.fetch_add(1, std::memory_order_relaxed);
+    x.route_stats = r.route >= 0 ? lv_.route_stats[static_cast<std::size_t>(r.route)].get()
+                                 : lv_.default_route_stats.get();
+    x.route_stats->sessions.fetch_add(1, std::memory_order_relaxed);
   }
   route_and_connect(r.upstream);
 }
@@ -707,7 +713,7 @@ void Session::on_timer() {
       }
       if (interim_at_ms_ != 0 && now >= interim_at_ms_) {
         interim_at_ms_ = now + ms(snapshot_->config->global.log_interval);
-        count_bytes();
+        count_bytes(true);
         if (snapshot_->access_log->enabled()) write_access_record(true);
       }
       if (lc.max_lifetime.count() > 0 && now >= start_ms_ + ms(lc.max_lifetime)) {
@@ -793,7 +799,7 @@ void Session::finish(Cause cause) {
 
   snapshot_->registry->counters().closed.add(cause_);
   lv_.stats->closed.add(cause_);
-  count_bytes();
+  count_bytes(false);
   // Sessions refused by policy are counted by cause, not timed.
   if (!quiet_) lv_.stats->session_seconds.observe(static_cast<double>(uv_now(host_.loop()) - start_ms_) / 1000.0);
   if (client_counted_) lv_.stats->clients.release(&peer_.sa);
@@ -806,21 +812,24 @@ void Session::finish(Cause cause) {
 // byte counters: at the end, and at each interim record (log_interval), so
 // that a long session shows in /metrics before it ends without an atomic
 // add per send.
-void Session::count_bytes() {
-  const std::uint64_t in = c2s_.bytes - counted_in_;
-  const std::uint64_t out = s2c_.bytes - counted_out_;
+void Session::count_bytes(bool again) {
+  const std::uint64_t in = c2s_.bytes - (extra_ ? extra_->counted_in : 0);
+  const std::uint64_t out = s2c_.bytes - (extra_ ? extra_->counted_out : 0);
   if (in == 0 && out == 0) return;
-  counted_in_ = c2s_.bytes;
-  counted_out_ = s2c_.bytes;
+  if (again || extra_) {
+    Extra& x = extra();
+    x.counted_in = c2s_.bytes;
+    x.counted_out = s2c_.bytes;
+  }
   lv_.stats->bytes_in.fetch_add(in, std::memory_order_relaxed);
   lv_.stats->bytes_out.fetch_add(out, std::memory_order_relaxed);
   if (ServerState* st = connector_.server(); st != nullptr && connected_) {
     st->bytes_in.fetch_add(in, std::memory_order_relaxed);
     st->bytes_out.fetch_add(out, std::memory_order_relaxed);
   }
-  if (route_stats_ != nullptr) {
-    route_stats_->bytes_in.fetch_add(in, std::memory_order_relaxed);
-    route_stats_->bytes_out.fetch_add(out, std::memory_order_relaxed);
+  if (RouteStats* rs = extra_ ? extra_->route_stats : nullptr; rs != nullptr) {
+    rs->bytes_in.fetch_add(in, std::memory_order_relaxed);
+    rs->bytes_out.fetch_add(out, std::memory_order_relaxed);
   }
 }
 
@@ -929,7 +938,7 @@ void Session::moved() {
     leg->registered = false;
     leg->close(false);
   }
-  count_bytes();  // this process's figures, up to now
+  count_bytes(false);  // this process's figures, up to now
   host_.unlink(*this);
   host_.retire(*this);
 }
@@ -974,8 +983,14 @@ void Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot,
   s->last_activity_ms_ = now - std::min(r.idle_ms, now);
   s->connected_ = true;
   s->connected_ms_ = s->start_ms_ + std::min(r.connect_ms, r.age_ms);
-  s->c2s_.bytes = s->counted_in_ = r.bytes_in;
-  s->s2c_.bytes = s->counted_out_ = r.bytes_out;
+  // The old process counted these bytes in its own counters.
+  s->c2s_.bytes = r.bytes_in;
+  s->s2c_.bytes = r.bytes_out;
+  if (r.bytes_in != 0 || r.bytes_out != 0) {
+    Extra& x = s->extra();
+    x.counted_in = r.bytes_in;
+    x.counted_out = r.bytes_out;
+  }
   if (!r.sni.empty() || !r.alpn.empty() || !r.destination.empty()) {
     Extra& x = s->extra();
     x.sni = r.sni;

@@ -144,7 +144,9 @@ class Session {
   void on_timer();
   std::uint64_t server_keepalive_at() const;  // loop time to set the server leg's keepalive
   void write_access_record(bool interim = false);
-  void count_bytes();
+  // Adds what moved since the last call to the byte counters; `again`:
+  // the session goes on (an interim record), so what was counted is kept.
+  void count_bytes(bool again);
   enum class Drain { moving, stalled, unknown };
   Drain peers_draining();
   std::string hash_key(const Upstream& up) const;
@@ -190,15 +192,12 @@ class Session {
   Pump s2c_;
   Connector connector_;
   std::unique_ptr<Splicer> splicer_;  // once a switch was tried (kept if it failed: never tried twice)
-  RouteStats* route_stats_ = nullptr;  // the SNI route (or default) a preread chose; null otherwise
 
   // Times in loop milliseconds (uv_now: the worker's loop clock, brought up
   // to date after every wait).
   std::uint64_t start_ms_ = 0;
   std::uint64_t connected_ms_ = 0;
   std::uint64_t interim_at_ms_ = 0;     // next interim access record (log_interval); 0 = off
-  std::uint64_t counted_in_ = 0;        // c2s_.bytes already in the byte counters
-  std::uint64_t counted_out_ = 0;       // s2c_.bytes already in the byte counters
   std::uint64_t last_activity_ms_ = 0;
   std::uint64_t close_at_ms_ = 0;   // scheduled end (drain); 0 = none
   static constexpr std::uint32_t kUnsampled = 0xffffffff;
