@@ -29,6 +29,7 @@
 #include "control/control.hpp"
 #include "net/listener.hpp"
 #include "net/worker.hpp"
+#include "proxy/fork_guard.hpp"
 #include "sluice/time.hpp"
 #include "sluice/version.hpp"
 #include "upgrade/channel.hpp"
@@ -77,7 +78,18 @@ struct Control::Upgrade {
   bool exited = false;
   bool took_over = false;
   bool done = false;     // failed: nothing it says matters any more
+  bool fork_guarded = false;  // fork_guard::begin_fork() is in force for it
   TimePoint started{};
+
+  // The new process's copies of our descriptors are surely gone once it
+  // has said hello (it closes what it inherited before anything else), or
+  // has exited, or failed to start.
+  void end_fork_guard() {
+    if (fork_guarded) {
+      fork_guarded = false;
+      fork_guard::end_fork();
+    }
+  }
 
   static void on_closed(uv_handle_t* h) {
     auto* u = static_cast<Upgrade*>(h->data);
@@ -172,6 +184,7 @@ admin::Outcome Control::upgrade(std::string_view origin) {
   o.exit_cb = [](uv_process_t* p, int64_t status, int signal) {
     auto* up = static_cast<Upgrade*>(p->data);
     up->exited = true;
+    up->end_fork_guard();
     up->close_process();
     if (up->done || up->took_over) {
       if (up->took_over && !up->done) {
@@ -186,11 +199,17 @@ admin::Outcome Control::upgrade(std::string_view origin) {
                                          " before taking over; its own messages say why");
   };
   u->process.data = u;
+  // The child holds a copy of every descriptor until its exec closes them:
+  // until the new process says hello (or exits), workers closing a socket
+  // take it out of their epoll sets first (fork_guard.hpp).
+  fork_guard::begin_fork();
+  u->fork_guarded = true;
   const int rc = uv_spawn(loop_, &u->process, &o);
   ::close(sv[1]);
   ++u->handles;
   u->process_open = true;
   if (rc != 0) {
+    u->end_fork_guard();  // uv_spawn reaped the child that could not exec
     u->exited = true;
     u->close_process();
     upgrade_failed(*u, "cannot start " + exe_ + ": " + uv_strerror(rc));
@@ -226,6 +245,7 @@ admin::Outcome Control::upgrade(std::string_view origin) {
 }
 
 void Control::upgrade_failed(Upgrade& u, const std::string& why) {
+  u.end_fork_guard();
   if (u.done) return;
   u.done = true;
   spdlog::error("upgrade failed, this process serves on: {}", why);
@@ -276,6 +296,7 @@ void Control::on_upgrade_message(Upgrade& u) {
       return;
     }
     if (m.kind == upgrade::Kind::hello) {
+      u.end_fork_guard();
       spdlog::info("upgrade: new process {} ({}) checked its configuration; handing over the listening sockets",
                    u.pid, m.fields.size() > 1 ? m.fields[1] : std::string("?"));
       std::string send_error;
@@ -375,6 +396,7 @@ void Control::close_upgrade() {
     takeover_fd_ = -1;
   }
   if (upgrade_ == nullptr) return;
+  upgrade_->end_fork_guard();
   upgrade_->done = true;
   upgrade_->close_poll();
   upgrade_->close_timer();

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "proxy/fork_guard.hpp"
 #include "proxy/session.hpp"
 
 namespace sluice {
@@ -23,7 +24,11 @@ void Leg::close(bool reset) {
     const linger l{1, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
   }
-  ::close(fd);  // also takes it out of the Reactor's set
+  // close(2) also takes it out of the Reactor's set, unless a fork's child
+  // holds a copy of it (fork_guard.hpp): then it goes out first.
+  if (fork_guard::begin_close() && registered) session->reactor().remove(fd);
+  ::close(fd);
+  fork_guard::end_close();
   fd = -1;
   registered = false;
   readable = false;

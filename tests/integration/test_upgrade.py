@@ -276,7 +276,13 @@ def failed_upgrade_keeps_serving(inst: Instance, why_rx: str, wait: float = 30):
     os.kill(serving, signal.SIGUSR2)
     inst.log.wait_for(r"upgrade failed, this process serves on: " + why_rx, timeout=wait)
     ok_then = clients.ok
-    wait_until(lambda: clients.ok >= ok_then + 10, timeout=30, what="short clients after the failed upgrade")
+    try:
+        wait_until(lambda: clients.ok >= ok_then + 10, timeout=30, what="short clients after the failed upgrade")
+    except harness.Timeout as e:
+        with clients.lock:
+            failures = clients.failures[-3:]
+        raise AssertionError(f"{e}; last client failures {failures}; sluice's log ends:\n" +
+                             "\n".join(inst.log.lines[-150:])) from None
     ok, failures = clients.finish()
     assert not failures, failures[:5]
     echo_roundtrip(long_plain, b"after\n")

@@ -43,7 +43,7 @@ SessionRecord sample() {
   r.listener = "pg";
   r.upstream = "replicas";
   r.origin_upstream = "primary";
-  r.server_identity = std::string("4\0\x7f\0\0\x01:5432", 13);  // any bytes, NULs included
+  r.server_identity = std::string("4\0\x7f\0\0\x01:5432", 11);  // any bytes, NULs included
   r.sni = "db.example";
   r.alpn = "postgresql";
   r.bytes_in = 1ull << 40;
