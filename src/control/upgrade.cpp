@@ -209,8 +209,7 @@ admin::Outcome Control::upgrade(std::string_view origin) {
   ++u->handles;
   u->process_open = true;
   if (rc != 0) {
-    u->end_fork_guard();  // uv_spawn reaped the child that could not exec
-    u->exited = true;
+    u->exited = true;  // uv_spawn reaped the child that could not exec; upgrade_failed ends the guard
     u->close_process();
     upgrade_failed(*u, "cannot start " + exe_ + ": " + uv_strerror(rc));
     return {false, "cannot start " + exe_ + ": " + uv_strerror(rc)};
