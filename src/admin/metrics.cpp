@@ -1,7 +1,8 @@
 // GET /metrics: the Prometheus text exposition format (0.0.4), written here
 // once: families with HELP and TYPE, escaped label values, cumulative
 // histogram buckets. Reads the data path's own atomics at scrape time.
-#include <cstdio>
+#include <array>
+#include <charconv>
 #include <string>
 #include <vector>
 
@@ -12,26 +13,25 @@ namespace sluice::admin {
 
 namespace {
 
-std::string escape_label(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
+// Whole numbers as integers, others with ten significant digits (printf's
+// %.10g). to_chars: no locale, no format string to parse, no allocation.
+std::string_view number(double v, std::array<char, 40>& buf) {
+  std::to_chars_result r;
+  if (v >= 0 && v < 9.007199254740992e15 && v == static_cast<double>(static_cast<std::uint64_t>(v))) {
+    r = std::to_chars(buf.data(), buf.data() + buf.size(), static_cast<std::uint64_t>(v));
+  } else {
+    r = std::to_chars(buf.data(), buf.data() + buf.size(), v, std::chars_format::general, 10);
+  }
+  return {buf.data(), static_cast<std::size_t>(r.ptr - buf.data())};
+}
+
+void append_escaped(std::string& out, std::string_view v) {
   for (char c : v) {
     if (c == '\\') out += "\\\\";
     else if (c == '"') out += "\\\"";
     else if (c == '\n') out += "\\n";
     else out += c;
   }
-  return out;
-}
-
-std::string number(double v) {
-  char buf[40];
-  if (v >= 0 && v < 9.007199254740992e15 && v == static_cast<double>(static_cast<std::uint64_t>(v))) {
-    std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(v));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.10g", v);
-  }
-  return buf;
 }
 
 using Labels = std::vector<std::pair<std::string_view, std::string_view>>;
@@ -60,13 +60,14 @@ class Writer {
         first = false;
         out_ += k;
         out_ += "=\"";
-        out_ += escape_label(v);
+        append_escaped(out_, v);
         out_ += '"';
       }
       out_ += '}';
     }
     out_ += ' ';
-    out_ += number(value);
+    std::array<char, 40> buf;
+    out_ += number(value, buf);
     out_ += '\n';
   }
   void sample(std::string_view name, const Labels& labels, std::uint64_t value) {
@@ -109,7 +110,8 @@ void histogram(Writer& w, const std::string& name, const Labels& labels, const H
   double cumulative = 0;
   for (std::size_t b = 0; b <= N; ++b) {
     cumulative += static_cast<double>(h.bucket(b));
-    const std::string le = b < N ? number(h.bounds()[b]) : "+Inf";
+    std::array<char, 40> buf;
+    const std::string le = b < N ? std::string(number(h.bounds()[b], buf)) : "+Inf";
     with_le.back().second = le;
     w.sample(bucket, with_le, cumulative);
   }
@@ -325,7 +327,8 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
       double cumulative = 0;
       for (std::size_t b = 0; b < kConnectBuckets.size(); ++b) {
         cumulative += load(s.connect_buckets[b]);
-        const std::string le = number(kConnectBuckets[b]);
+        std::array<char, 40> buf;
+        const std::string le(number(kConnectBuckets[b], buf));
         w.sample("sluice_server_connect_seconds_bucket", {{"upstream", uname}, {"server", addr}, {"le", le}},
                  cumulative);
       }
