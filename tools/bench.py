@@ -1519,7 +1519,9 @@ def parse_args():
     ap.add_argument("--profile", choices=sorted(PROFILES), default="full",
                     help="load sizes: full, or quick (a smoke run of every load, one to two minutes)")
     ap.add_argument("--quick", action="store_true", help="the same as --profile quick")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per load; figures are medians")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per load; figures are medians (--latency: rounds per rate; "
+                         "--storm: pairs of a steady and a changing segment per change)")
     ap.add_argument("--json", metavar="FILE", help="also write every run's raw figures here")
     ap.add_argument("--chart", metavar="FILE.svg",
                     help="also draw sluice's figures over HAProxy's and nginx's as a bar chart")

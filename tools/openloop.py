@@ -17,8 +17,9 @@ answer that changes every second, and an admin scraper reading /metrics ten
 times a second. Errors, cut keep-alive sessions, p99, p99.9 and the proxy's
 memory before and after.
 
-With two or more CPUs the load generator runs alone on CPU 1 and every
-proxy, with the backends, on CPU 0 (the generator's core then never limits
+With two or more CPUs the load generator runs on CPU 1, with this script
+(which reloads, PUTs and scrapes, as a deploy tool or a scraper elsewhere
+would), and every proxy, with the backends, on CPU 0 (the generator's core then never limits
 the rate: an open loop costs more per request than a closed one; the
 backends' share is the same for every system), all at the same raised priority (nice -10 when
 allowed), so that the rest of a shared machine disturbs them less. With
@@ -26,15 +27,21 @@ allowed), so that the rest of a shared machine disturbs them less. With
 still leaves 5 % of each second to everything else): on a machine busy with
 other work a woken proxy then runs at once, and the figures measure the
 proxies rather than the scheduler's queue. Every system gets the same.
+
+With --repeat N every rate (--latency) runs N rounds, each system once per
+round back to back, and every change (--storm) runs N pairs of a steady and
+a changing segment; the figures are medians, and the tables show the range
+of the per-round ratios: on a shared machine one segment can land on a
+stall that has nothing to do with the system it measured.
 """
 
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 
@@ -192,33 +199,71 @@ def run_latency(b, ctx):
             result["steps"][kind] = []
             for i, frac in enumerate(FRACTIONS):
                 rate = slowest * frac
-                step = {"fraction": frac, "rate": rate, "systems": {}}
-                # Rotate the order so that no system always runs first; the
-                # offset differs between runs, so that repeated runs do not
-                # put a system in the same place at the same rate.
-                n = (i + ctx.order_offset) % len(ctx.systems)
-                order = list(ctx.systems[n:]) + list(ctx.systems[:n])
-                for system in order:
-                    proc = start_open(ctx, kind, targets[system], rate, prof["step_s"])
-                    r = finish_open(b, proc, prof["step_s"] + 60)
-                    step["systems"][system] = r
-                    ctx.log(f"{system:8} {kind:4} {frac:4.0%} {rate:8.0f}/s: p50 {r['p50_us']:.0f} "
-                            f"p99 {r['p99_us']:.0f} p99.9 {r['p999_us']:.0f} µs, "
-                            f"errors {r['errors']}, unfinished {r['unfinished']}")
-                    if system != "direct" and not proxies[system].alive():
-                        raise b.BenchError(f"{system} exited: " + b.tail(proxies[system].log))
-                result["steps"][kind].append(step)
+                runs = {system: [] for system in ctx.systems}
+                # Each round runs every system once, back to back. Rotate the
+                # order so that no system always runs first; the offset
+                # differs between runs and rounds, so that repeated runs do
+                # not put a system in the same place at the same rate.
+                for rnd in range(ctx.repeat):
+                    n = (i + rnd + ctx.order_offset) % len(ctx.systems)
+                    order = list(ctx.systems[n:]) + list(ctx.systems[:n])
+                    for system in order:
+                        proc = start_open(ctx, kind, targets[system], rate, prof["step_s"])
+                        r = finish_open(b, proc, prof["step_s"] + 60)
+                        runs[system].append(r)
+                        ctx.log(f"{system:8} {kind:4} {frac:4.0%} {rate:8.0f}/s round {rnd + 1}: "
+                                f"p50 {r['p50_us']:.0f} p99 {r['p99_us']:.0f} p99.9 "
+                                f"{r['p999_us']:.0f} µs, errors {r['errors']}, "
+                                f"unfinished {r['unfinished']}")
+                        if system != "direct" and not proxies[system].alive():
+                            raise b.BenchError(f"{system} exited: " + b.tail(proxies[system].log))
+                result["steps"][kind].append({
+                    "fraction": frac, "rate": rate, "runs": runs,
+                    "systems": {s: median_run(rs) for s, rs in runs.items()}})
     finally:
         for proxy in proxies.values():
             proxy.stop()
     return result
 
 
+PERCENTILES = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
+
+
+def median_run(runs):
+    """One figure set from a system's rounds at one rate: the median of each
+    percentile; errors and unfinished requests summed over the rounds."""
+    out = {k: statistics.median(r[k] for r in runs) for k in PERCENTILES if k in runs[0]}
+    out["errors"] = sum(r["errors"] for r in runs)
+    out["unfinished"] = sum(r["unfinished"] for r in runs)
+    out["rounds"] = len(runs)
+    return out
+
+
+def round_ratios(step, key):
+    """sluice ÷ the best peer in each round of a step, lowest and highest."""
+    runs = step.get("runs", {})
+    if "sluice" not in runs or not any(p in runs for p in PEERS):
+        return None
+    ratios = []
+    for k, mine in enumerate(runs["sluice"]):
+        peers = [runs[p][k][key] for p in PEERS if p in runs and runs[p][k][key] > 0]
+        if peers:
+            ratios.append(mine[key] / min(peers))
+    return (min(ratios), max(ratios)) if ratios else None
+
+
 def print_latency(result, systems):
     print("\n## Latency at fixed offered rates (open loop, coordinated omission corrected)\n")
+    rounds = max((st["systems"][s].get("rounds", 1) for steps in result["steps"].values()
+                  for st in steps for s in st["systems"]), default=1)
     print("Each rate is a fraction of the highest rate the slowest proxy sustained in a closed "
           "loop of 32 (measured first in the same run). µs; ratio = sluice ÷ the best peer "
-          "(below 1: sluice is faster).\n")
+          "(below 1: sluice is faster).")
+    if rounds > 1:
+        print(f"Each rate ran {rounds} rounds, every system once per round, back to back; the "
+              "figures are the medians of the rounds, the ratios are of those medians, and the "
+              "range in brackets is the lowest and highest ratio within one round.")
+    print()
     for kind in KINDS:
         if kind not in result["steps"]:
             continue
@@ -238,7 +283,10 @@ def print_latency(result, systems):
                 r = sy.get(s)
                 row += [f"{r['p50_us']:.0f}", f"{r['p99_us']:.0f}", f"{r['p999_us']:.0f}"] if r \
                     else ["–"] * 3
-            row += [ratio_to_best(sy, "p99_us"), ratio_to_best(sy, "p999_us")]
+            for key in ("p99_us", "p999_us"):
+                spread = round_ratios(step, key) if rounds > 1 else None
+                row.append(ratio_to_best(sy, key)
+                           + (f" ({spread[0]:.2f}–{spread[1]:.2f})" if spread else ""))
             row.append(", ".join(f"{s} {sy[s]['errors'] + sy[s]['unfinished']}" for s in systems
                                  if s in sy and sy[s]["errors"] + sy[s]["unfinished"]) or "0")
             print("| " + " | ".join(row) + " |")
@@ -480,8 +528,20 @@ def storm_one(b, ctx, system, scenario, scale, seconds, ports, dns, hosts):
     try:
         time.sleep(1.0)  # sluice asks DNS before it listens; let everything settle
         rss_before = proxy.rss()
-        steady = segment(b, ctx, proxy, scale, seconds, None, 1.0)
-        during = segment(b, ctx, proxy, scale, seconds, change, 0.1 if scenario == "metrics" else 1.0)
+        # Steady and changing segments alternate on the same proxy, one pair
+        # per round, so that a stall of the machine lands on either kind.
+        steadies, durings = [], []
+        for rnd in range(ctx.repeat):
+            steady = segment(b, ctx, proxy, scale, seconds, None, 1.0)
+            during = segment(b, ctx, proxy, scale, seconds, change,
+                             0.1 if scenario == "metrics" else 1.0)
+            steadies.append(steady)
+            durings.append(during)
+            if ctx.repeat > 1:
+                ctx.log(f"{system:8} {scenario:15} round {rnd + 1}: p99 rr {steady['rr']['p99_us']:.0f}"
+                        f" -> {during['rr']['p99_us']:.0f}, conn {steady['conn']['p99_us']:.0f} -> "
+                        f"{during['conn']['p99_us']:.0f} µs")
+        steady, during = median_segment(steadies), median_segment(durings)
         # The generators closed their keep-alive connections: old configurations
         # held only by them can go now.
         time.sleep(2.0)
@@ -491,9 +551,26 @@ def storm_one(b, ctx, system, scenario, scale, seconds, ports, dns, hosts):
         pids = len(proxy.pids())
     finally:
         proxy.stop()
+    ratios = {kind: [d[kind]["p99_us"] / s[kind]["p99_us"] for s, d in zip(steadies, durings)
+                     if s[kind]["p99_us"] > 0] for kind in KINDS}
     return {"steady": steady, "during": during, "rss_before": rss_before,
             "rss_peak": max(steady["rss_peak"], during["rss_peak"]), "rss_after": rss_after,
-            "processes": pids, "changes": during["changes"]}
+            "processes": pids, "changes": during["changes"], "rounds": ctx.repeat,
+            "pair_ratios": ratios, "runs": {"steady": steadies, "during": durings}}
+
+
+def median_segment(segments):
+    """The rounds of one kind of segment as one: medians of the percentiles,
+    counts summed, the highest memory."""
+    if len(segments) == 1:
+        return segments[0]
+    out = {kind: median_run([s[kind] for s in segments]) for kind in KINDS}
+    for key in ("errors", "cuts", "changes", "change_failures"):
+        out[key] = sum(s[key] for s in segments)
+    for key in ("first_error", "first_change_failure"):
+        out[key] = next((s[key] for s in segments if s[key]), "")
+    out["rss_peak"] = max(s["rss_peak"] for s in segments)
+    return out
 
 
 def segment(b, ctx, proxy, scale, seconds, change, period):
@@ -539,7 +616,14 @@ def print_storm(results, scale):
           f"{RR_CONNECTIONS} connections and short connections at {scale['conn'] * 0.25:.0f}/s "
           "together (each 25 % of the slowest proxy's highest rate), open loop. On each proxy a "
           "steady segment, then the same while the change repeats once a second (the scraper ten "
-          "times a second); ÷ = during ÷ the steady segment just before. µs.\n")
+          "times a second); ÷ = during ÷ the steady segment just before. µs.")
+    rounds = max((r.get("rounds", 1) for r in results.values() if isinstance(r, dict)), default=1)
+    if rounds > 1:
+        print(f"Each proxy ran {rounds} rounds of a steady segment and a changing one, "
+              "alternating; the figures are the medians of the rounds (errors, cut sessions "
+              "and changes summed), ÷ is of the medians, and the range in brackets is the "
+              "lowest and highest ÷ of one round's pair.")
+    print()
     head = ["system", "change", "changes", "keep-alive p99 steady → during", "÷",
             "p99.9 steady → during", "short p99 steady → during", "÷", "p99.9 steady → during",
             "errors", "cut sessions", "RSS MB before → peak → after", "processes after"]
@@ -555,7 +639,13 @@ def print_storm(results, scale):
             return f"{st[kind][key]:.0f} → {du[kind][key]:.0f}"
 
         def rel(kind):
-            return f"{du[kind]['p99_us'] / st[kind]['p99_us']:.2f}" if st[kind]["p99_us"] > 0 else "–"
+            if st[kind]["p99_us"] <= 0:
+                return "–"
+            text = f"{du[kind]['p99_us'] / st[kind]['p99_us']:.2f}"
+            pairs = r.get("pair_ratios", {}).get(kind, [])
+            if len(pairs) > 1:
+                text += f" ({min(pairs):.2f}–{max(pairs):.2f})"
+            return text
         changes = str(du["changes"]) + (f" ({du['change_failures']} refused)" if du["change_failures"] else "")
         row = [system, SCENARIO_NAMES[scenario], changes,
                pair("rr", "p99_us"), rel("rr"), pair("rr", "p999_us"),
@@ -588,12 +678,18 @@ def main(b, args, binaries):
     REALTIME["on"] = bool(args.realtime)
     ctx.proxy_cpu, ctx.gen_cpu = placement()
     ctx.gen_prefix = prefix(ctx.gen_cpu)
+    if ctx.gen_cpu is not None:
+        # This process is the clients' side too: it reloads, PUTs and
+        # scrapes. Left unpinned, the scheduler may run it on the proxies'
+        # CPU, and its CPU would be counted as the change's cost to the proxy.
+        os.sched_setaffinity(0, {ctx.gen_cpu})
     ctx.systems = [s for s in args.systems if s in SYSTEMS]
     if "direct" not in ctx.systems and args.latency:
         ctx.systems.append("direct")
     ctx.binaries = binaries
     ctx.loadgen = args.loadgen
     ctx.order_offset = int(time.time()) % len(ctx.systems)
+    ctx.repeat = args.repeat
     started = time.monotonic()
     ctx.log = lambda msg: print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr,
                                 flush=True)
