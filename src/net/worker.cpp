@@ -1,6 +1,7 @@
 #include "net/worker.hpp"
 
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -82,8 +83,15 @@ Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   uv_loop_init(&loop_);
   // Everything is set up here, before the thread exists; the thread only runs
   // the loop. post() may be called as soon as the constructor returns.
-  uv_async_init(&loop_, &async_, on_async);
-  async_.data = this;
+  mailbox_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (mailbox_fd_ < 0) {
+    const int err = errno;
+    uv_loop_close(&loop_);
+    throw std::runtime_error(std::string("worker: cannot create its mailbox: ") + std::strerror(err));
+  }
+  uv_poll_init(&loop_, &mailbox_poll_, mailbox_fd_);
+  mailbox_poll_.data = this;
+  uv_poll_start(&mailbox_poll_, UV_READABLE, on_mailbox);
   uv_timer_init(&loop_, &shutdown_timer_);
   shutdown_timer_.data = this;
   timers_.emplace(&loop_, &Session::fire_timer);
@@ -96,7 +104,10 @@ Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   }
 }
 
-Worker::~Worker() { join(); }
+Worker::~Worker() {
+  join();
+  if (mailbox_fd_ >= 0) ::close(mailbox_fd_);
+}
 
 void Worker::start() {
   thread_ = std::thread([this] { run(); });
@@ -107,18 +118,33 @@ void Worker::join() {
 }
 
 void Worker::post(WorkerCommand command) {
-  std::lock_guard lock(mu_);
-  if (mailbox_closed_) {
-    // The loop has ended (or is ending) after a stop: there is nothing left
-    // to update or close, and uv_async_send on its closed handle would
-    // abort. Sockets handed over must not leak.
-    for (auto& [id, fd] : command.open) ::close(fd);
-    return;
+  {
+    std::lock_guard lock(mu_);
+    if (mailbox_closed_) {
+      // The loop has ended (or is ending) after a stop: there is nothing
+      // left to update or close. Sockets handed over must not leak.
+      for (auto& [id, fd] : command.open) ::close(fd);
+      return;
+    }
+    mailbox_.push_back(std::move(command));
   }
-  mailbox_.push_back(std::move(command));
-  // Under the lock: close_all() closes the handle only after it has taken
-  // the lock and marked the mailbox closed, so the handle is open here.
-  uv_async_send(&async_);
+  wake();
+}
+
+// After the lock is released: the write may wake the worker on this very
+// core, and it must then find nothing held by the thread it preempted. The
+// descriptor lives as long as the Worker, so a write after the loop ended
+// is harmless; a counter that cannot grow (EAGAIN) is already readable.
+void Worker::wake() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(mailbox_fd_, &one, sizeof one);
+}
+
+void Worker::on_mailbox(uv_poll_t* p, int /*status*/, int /*events*/) {
+  auto* w = static_cast<Worker*>(p->data);
+  std::uint64_t count = 0;
+  [[maybe_unused]] const ssize_t n = ::read(w->mailbox_fd_, &count, sizeof count);
+  w->drain_mailbox();
 }
 
 // Each round: wait in the Reactor for the sockets and libuv's descriptor,
@@ -147,13 +173,13 @@ void Worker::run() {
 }
 
 void Worker::run_on_loop(std::function<void()> f) {
-  std::lock_guard lock(mu_);
-  if (mailbox_closed_) return;
-  calls_.push_back(std::move(f));
-  uv_async_send(&async_);
+  {
+    std::lock_guard lock(mu_);
+    if (mailbox_closed_) return;
+    calls_.push_back(std::move(f));
+  }
+  wake();
 }
-
-void Worker::on_async(uv_async_t* a) { static_cast<Worker*>(a->data)->drain_mailbox(); }
 
 void Worker::drain_mailbox() {
   std::deque<WorkerCommand> batch;
@@ -481,7 +507,7 @@ void Worker::close_all() {
   for (WorkerCommand& c : left) {
     for (auto& [id, fd] : c.open) ::close(fd);
   }
-  uv_close(as_handle(&async_), nullptr);
+  uv_close(as_handle(&mailbox_poll_), nullptr);
   uv_close(as_handle(&shutdown_timer_), nullptr);
   timers_->close();
 }

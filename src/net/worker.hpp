@@ -5,8 +5,15 @@
 // sessions. Sessions never cross workers.
 //
 // The control loop talks to a worker only through its mailbox (a locked queue
-// plus a uv_async_t): a new Snapshot with listener changes, "close the
+// plus an eventfd): a new Snapshot with listener changes, "close the
 // sessions of server X", or "stop". Nothing else reaches into a worker.
+//
+// Not a uv_async_t: libuv's uv_async_send marks the handle busy, writes its
+// descriptor, then marks it done, and the receiving loop spins (and calls
+// sched_yield) while it is busy. A worker woken by that write on the
+// sender's core preempts the sender between the two marks and then spins
+// until the sender runs again: measured, every reload cost the worker's
+// clients that wait (docs/decisions.md, "The mailbox is an eventfd").
 #pragma once
 
 #include <atomic>
@@ -135,7 +142,8 @@ class Worker final : public SessionHost {
   template <class F>
   void each_session(F f);
 
-  static void on_async(uv_async_t* a);
+  void wake();
+  static void on_mailbox(uv_poll_t* p, int status, int events);
   static void on_shutdown_timer(uv_timer_t* t);
   static void on_resume_timer(uv_timer_t* t);
   static void on_listener_handle_closed(uv_handle_t* h);
@@ -144,7 +152,8 @@ class Worker final : public SessionHost {
   uv_async_t* stopped_;
   std::atomic<bool> finished_{false};
   uv_loop_t loop_{};
-  uv_async_t async_{};
+  int mailbox_fd_ = -1;  // eventfd: written after a post, read before a drain
+  uv_poll_t mailbox_poll_{};  // keeps the loop alive until close_all()
   uv_timer_t shutdown_timer_{};
   std::optional<Reactor> reactor_;  // made once loop_ is initialised
   LoopWatcher loop_watcher_;
@@ -156,7 +165,7 @@ class Worker final : public SessionHost {
   std::mutex mu_;
   std::deque<WorkerCommand> mailbox_;  // under mu_
   std::vector<std::function<void()>> calls_;  // under mu_: run_on_loop's
-  // Under mu_: set (on the worker's thread) before async_ closes; from then
+  // Under mu_: set (on the worker's thread) once the loop ends; from then
   // on post() drops what it is given.
   bool mailbox_closed_ = false;
   std::shared_ptr<const Snapshot> snapshot_;
