@@ -48,7 +48,7 @@ import urllib.request
 FRACTIONS = (0.25, 0.5, 0.75, 0.9)
 KINDS = ("rr", "conn")  # keep-alive requests, short connections
 KIND_NAMES = {"rr": "keep-alive requests", "conn": "short connections"}
-SYSTEMS = ("sluice", "haproxy", "nginx", "direct")
+SYSTEMS = ("sluice", "sluice-base", "haproxy", "nginx", "direct")
 PEERS = ("haproxy", "nginx")
 RR_CONNECTIONS = 32   # the same as the closed loop's concurrency
 CONN_MAX_INFLIGHT = 1000
@@ -300,7 +300,7 @@ def ratio_to_best(sy, key):
     return f"{sy['sluice'][key] / min(peers):.2f}"
 
 
-COLORS = {"sluice": "tab:blue", "haproxy": "tab:orange", "nginx": "tab:green", "direct": "tab:gray"}
+COLORS = {"sluice": "tab:blue", "sluice-base": "tab:purple", "haproxy": "tab:orange", "nginx": "tab:green", "direct": "tab:gray"}
 
 
 def draw_latency(result, path, title):
@@ -352,13 +352,13 @@ class StormProxy:
     def __init__(self, b, ctx, system, tag, servers, dns=None):
         self.b, self.ctx, self.system = b, ctx, system
         self.port = b.free_port()
-        self.admin = b.free_port() if system == "sluice" else None
+        self.admin = b.free_port() if is_sluice(system) else None
         self.dir = os.path.join(ctx.workdir, f"storm-{system}-{tag}")
         os.makedirs(self.dir, exist_ok=True)
         self.log = os.path.join(self.dir, "log")
         self.dns = dns
         binary = ctx.binaries[system]
-        if system == "sluice":
+        if is_sluice(system):
             self.path = os.path.join(self.dir, "sluice.toml")
             argv = [binary, "-c", self.path]
         elif system == "haproxy":
@@ -377,7 +377,7 @@ class StormProxy:
 
     def text(self, servers):
         b = self.b
-        if self.system == "sluice":
+        if is_sluice(self.system):
             tail = ["", "[admin]", f'listen = "127.0.0.1:{self.admin}"']
             if self.dns:
                 tail += ["", "[resolver]", f'nameservers = ["{self.dns}"]', 'valid = "1s"',
@@ -430,13 +430,18 @@ class StormProxy:
         self.ctx.procs.stop(self.proc, grace=10)
 
 
+def is_sluice(system):
+    """sluice, or the earlier build given with --sluice-base."""
+    return system in ("sluice", "sluice-base")
+
+
 def storm_scenarios(systems):
     out = []
     for system in systems:
         if system == "direct":
             continue
         out += [(system, "reload"), (system, "reload_servers")]
-        if system == "sluice":
+        if is_sluice(system):
             out += [(system, "put_config"), (system, "dns"), (system, "metrics")]
     return out
 
@@ -464,7 +469,7 @@ def run_storm(b, ctx, scale):
     results = {}
     dns = None
     hosts = None
-    if "sluice" in ctx.systems and b.dnsmasq_binary():
+    if any(is_sluice(s) for s in ctx.systems) and b.dnsmasq_binary():
         ddir = os.path.join(ctx.workdir, "storm-dns")
         os.makedirs(ddir, exist_ok=True)
         dns = b.Dnsmasq(ctx.procs, b.dnsmasq_binary(), ddir,
