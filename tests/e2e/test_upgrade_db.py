@@ -81,7 +81,10 @@ def test_psql_session_survives_an_upgrade(tmp_path, pg_server):
         assert psql.close() == 0, psql.log.text()
         psql = None
         wait_until(lambda: len(inst.records()) == 1, timeout=15, what="one access record")
-        assert inst.records()[0]["cause"] == "client_closed", inst.records()
+        # psql's \q sends Terminate and closes at once; PostgreSQL closes
+        # on Terminate. Which end's close sluice reads first is a race: both
+        # are a clean end, neither an error nor a cut.
+        assert inst.records()[0]["cause"] in ("client_closed", "server_closed"), inst.records()
     finally:
         if psql is not None:
             psql.proc.kill()
