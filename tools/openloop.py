@@ -33,6 +33,15 @@ round back to back, and every change (--storm) runs N pairs of a steady and
 a changing segment; the figures are medians, and the tables show the range
 of the per-round ratios: on a shared machine one segment can land on a
 stall that has nothing to do with the system it measured.
+
+On a virtual machine most of those stalls are the host running something
+else: the guest sees them as steal time (/proc/stat). Every segment
+records the steal of the whole machine while it ran; a round (--latency:
+every system's segment; --storm: the steady and the changing segment of a
+pair) with more than STEAL_LIMIT in any of its segments is left out of the
+medians and ranges, and the tables say how many rounds were kept. A round
+is kept or left out whole, so every system loses the same rounds. When no
+round is clean, all are used and the table says so.
 """
 
 import json
@@ -56,6 +65,45 @@ CONN_MAX_INFLIGHT = 1000
 SIZE = 64
 NICE = -10
 REALTIME = {"on": False}  # --realtime: SCHED_RR priority 1 instead of nice
+# Steal (CPU time the host gave to others while this machine wanted it), in
+# seconds per second of a segment, both CPUs summed, above which a round is
+# left out. A quiet host steals 0-3 ms/s here under the benchmark's load
+# (/proc/stat counts in 10 ms ticks), a busy one 5-500; 10 ms of stall in a
+# second is already the p99 of a segment.
+STEAL_LIMIT = 0.005
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def steal_seconds():
+    """Steal time of the whole machine since boot, all CPUs (/proc/stat)."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8]) / CLK_TCK
+
+
+class StealMeter:
+    """Steal per second of wall time between start and stop()."""
+
+    def __init__(self):
+        self.t0, self.s0 = time.monotonic(), steal_seconds()
+
+    def stop(self):
+        return (steal_seconds() - self.s0) / max(time.monotonic() - self.t0, 1e-3)
+
+
+def clean_rounds(rounds):
+    """Indices of the rounds whose every segment had steal within the limit;
+    `rounds` is a list of lists of segments."""
+    return [k for k, segs in enumerate(rounds)
+            if all(seg.get("steal", 0.0) <= STEAL_LIMIT for seg in segs)]
+
+
+def kept_rounds(clean, n):
+    """The rounds the figures use: the clean ones, or all n when none is."""
+    return clean or list(range(n))
+
+
+def kept_text(clean, n):
+    return f"{len(clean)} of {n}" if clean else f"0 of {n}: all used"
 STORM_SERVERS = 4     # backend listeners; a configuration holds 3 of them
 DNS_NAME = "storm.bench.test"
 
@@ -209,18 +257,23 @@ def run_latency(b, ctx):
                     n = (i + rnd + ctx.order_offset) % len(ctx.systems)
                     order = list(ctx.systems[n:]) + list(ctx.systems[:n])
                     for system in order:
+                        meter = StealMeter()
                         proc = start_open(ctx, kind, targets[system], rate, prof["step_s"])
                         r = finish_open(b, proc, prof["step_s"] + 60)
+                        r["steal"] = meter.stop()
                         runs[system].append(r)
                         ctx.log(f"{system:8} {kind:4} {frac:4.0%} {rate:8.0f}/s round {rnd + 1}: "
                                 f"p50 {r['p50_us']:.0f} p99 {r['p99_us']:.0f} p99.9 "
                                 f"{r['p999_us']:.0f} µs, errors {r['errors']}, "
-                                f"unfinished {r['unfinished']}")
+                                f"unfinished {r['unfinished']}, steal {r['steal'] * 1e3:.0f} ms/s")
                         if system != "direct" and not proxies[system].alive():
                             raise b.BenchError(f"{system} exited: " + b.tail(proxies[system].log))
+                clean = clean_rounds([[runs[s][k] for s in ctx.systems]
+                                      for k in range(ctx.repeat)])
                 result["steps"][kind].append({
-                    "fraction": frac, "rate": rate, "runs": runs,
-                    "systems": {s: median_run(rs) for s, rs in runs.items()}})
+                    "fraction": frac, "rate": rate, "runs": runs, "clean": clean,
+                    "systems": {s: median_run(rs, kept_rounds(clean, ctx.repeat))
+                                for s, rs in runs.items()}})
     finally:
         for proxy in proxies.values():
             proxy.stop()
@@ -230,13 +283,16 @@ def run_latency(b, ctx):
 PERCENTILES = ("p50_us", "p90_us", "p99_us", "p999_us", "max_us")
 
 
-def median_run(runs):
+def median_run(runs, keep=None):
     """One figure set from a system's rounds at one rate: the median of each
-    percentile; errors and unfinished requests summed over the rounds."""
-    out = {k: statistics.median(r[k] for r in runs) for k in PERCENTILES if k in runs[0]}
+    percentile over the rounds kept (all by default); errors and unfinished
+    requests summed over every round, kept or not."""
+    kept = [runs[k] for k in keep] if keep else runs
+    out = {k: statistics.median(r[k] for r in kept) for k in PERCENTILES if k in kept[0]}
     out["errors"] = sum(r["errors"] for r in runs)
     out["unfinished"] = sum(r["unfinished"] for r in runs)
     out["rounds"] = len(runs)
+    out["kept"] = len(kept)
     return out
 
 
@@ -246,7 +302,8 @@ def round_ratios(step, key):
     if "sluice" not in runs or not any(p in runs for p in PEERS):
         return None
     ratios = []
-    for k, mine in enumerate(runs["sluice"]):
+    for k in kept_rounds(step.get("clean"), len(runs["sluice"])):
+        mine = runs["sluice"][k]
         peers = [runs[p][k][key] for p in PEERS if p in runs and runs[p][k][key] > 0]
         if peers:
             ratios.append(mine[key] / min(peers))
@@ -263,7 +320,10 @@ def print_latency(result, systems):
     if rounds > 1:
         print(f"Each rate ran {rounds} rounds, every system once per round, back to back; the "
               "figures are the medians of the rounds, the ratios are of those medians, and the "
-              "range in brackets is the lowest and highest ratio within one round.")
+              "range in brackets is the lowest and highest ratio within one round. A round in "
+              f"which the host stole more than {STEAL_LIMIT * 1e3:.0f} ms a second from this "
+              "machine during any system's segment is left out of the medians and ranges "
+              "(\"rounds kept\"); errors count in every round.")
     print()
     for kind in KINDS:
         if kind not in result["steps"]:
@@ -271,7 +331,7 @@ def print_latency(result, systems):
         maxes = ", ".join(f"{s} {result['max'][kind][s]:.0f}/s" for s in systems)
         print(f"### {KIND_NAMES[kind]} ({SIZE} B echo)\n")
         print(f"Closed-loop highest rate: {maxes}.\n")
-        head = ["load", "rate/s"]
+        head = ["load", "rate/s"] + (["rounds kept"] if rounds > 1 else [])
         for s in systems:
             head += [f"{s} p50", f"{s} p99", f"{s} p99.9"]
         head += ["p99 ratio", "p99.9 ratio", "errors"]
@@ -279,6 +339,8 @@ def print_latency(result, systems):
         print("|" + "---|" * len(head))
         for step in result["steps"][kind]:
             row = [f"{step['fraction']:.0%}", f"{step['rate']:.0f}"]
+            if rounds > 1:
+                row.append(kept_text(step.get("clean", []), rounds) if "clean" in step else "–")
             sy = step["systems"]
             for s in systems:
                 r = sy.get(s)
@@ -554,8 +616,11 @@ def storm_one(b, ctx, system, scenario, scale, seconds, ports, dns, hosts):
             if ctx.repeat > 1:
                 ctx.log(f"{system:8} {scenario:15} round {rnd + 1}: p99 rr {steady['rr']['p99_us']:.0f}"
                         f" -> {during['rr']['p99_us']:.0f}, conn {steady['conn']['p99_us']:.0f} -> "
-                        f"{during['conn']['p99_us']:.0f} µs")
-        steady, during = median_segment(steadies), median_segment(durings)
+                        f"{during['conn']['p99_us']:.0f} µs, steal {steady['steal'] * 1e3:.0f} -> "
+                        f"{during['steal'] * 1e3:.0f} ms/s")
+        clean = clean_rounds(list(zip(steadies, durings)))
+        keep = kept_rounds(clean, len(steadies))
+        steady, during = median_segment(steadies, keep), median_segment(durings, keep)
         # The generators closed their keep-alive connections: old configurations
         # held only by them can go now.
         time.sleep(2.0)
@@ -565,20 +630,21 @@ def storm_one(b, ctx, system, scenario, scale, seconds, ports, dns, hosts):
         pids = len(proxy.pids())
     finally:
         proxy.stop()
-    ratios = {kind: [d[kind]["p99_us"] / s[kind]["p99_us"] for s, d in zip(steadies, durings)
-                     if s[kind]["p99_us"] > 0] for kind in KINDS}
+    ratios = {kind: [durings[k][kind]["p99_us"] / steadies[k][kind]["p99_us"] for k in keep
+                     if steadies[k][kind]["p99_us"] > 0] for kind in KINDS}
     return {"steady": steady, "during": during, "rss_before": rss_before,
             "rss_peak": max(steady["rss_peak"], during["rss_peak"]), "rss_after": rss_after,
-            "processes": pids, "changes": during["changes"], "rounds": ctx.repeat,
+            "processes": pids, "changes": during["changes"], "rounds": ctx.repeat, "clean": clean,
             "pair_ratios": ratios, "runs": {"steady": steadies, "during": durings}}
 
 
-def median_segment(segments):
-    """The rounds of one kind of segment as one: medians of the percentiles,
-    counts summed, the highest memory."""
+def median_segment(segments, keep=None):
+    """The rounds of one kind of segment as one: medians of the percentiles
+    over the rounds kept (all by default), counts summed over all of them,
+    the highest memory."""
     if len(segments) == 1:
         return segments[0]
-    out = {kind: median_run([s[kind] for s in segments]) for kind in KINDS}
+    out = {kind: median_run([s[kind] for s in segments], keep) for kind in KINDS}
     for key in ("errors", "cuts", "changes", "change_failures"):
         out[key] = sum(s[key] for s in segments)
     for key in ("first_error", "first_change_failure"):
@@ -590,6 +656,7 @@ def median_segment(segments):
 def segment(b, ctx, proxy, scale, seconds, change, period):
     """The half load for `seconds`; `change(k)` every `period` s when given."""
     warm = 0.5
+    meter = StealMeter()
     gens = {kind: start_open(ctx, kind, proxy.port, scale[kind] * 0.25, seconds + warm)
             for kind in KINDS}
     time.sleep(warm)
@@ -617,7 +684,8 @@ def segment(b, ctx, proxy, scale, seconds, change, period):
     first = next((r.get("first_error") for r in runs.values() if r.get("first_error")), "")
     return {"rr": runs["rr"], "conn": runs["conn"], "errors": errors, "first_error": first,
             "cuts": runs["rr"]["cuts"], "changes": changes, "change_failures": len(failures),
-            "first_change_failure": failures[0] if failures else "", "rss_peak": peak}
+            "first_change_failure": failures[0] if failures else "", "rss_peak": peak,
+            "steal": meter.stop()}
 
 
 def write_hosts(path, k):
@@ -641,9 +709,13 @@ def print_storm(results, scale):
         print(f"Each proxy ran {rounds} rounds of a steady segment and a changing one, "
               "alternating; the figures are the medians of the rounds (errors, cut sessions "
               "and changes summed), ÷ is of the medians, and the range in brackets is the "
-              "lowest and highest ÷ of one round's pair.")
+              "lowest and highest ÷ of one round's pair. A pair in which the host stole more "
+              f"than {STEAL_LIMIT * 1e3:.0f} ms a second from this machine is left out of the "
+              "medians and ranges (\"pairs kept\"); errors, cut sessions and changes count in "
+              "every pair.")
     print()
-    head = ["system", "change", "changes", "keep-alive p99 steady → during", "÷",
+    head = ["system", "change", "changes"] + (["pairs kept"] if rounds > 1 else []) + [
+            "keep-alive p99 steady → during", "÷",
             "p99.9 steady → during", "short p99 steady → during", "÷", "p99.9 steady → during",
             "errors", "cut sessions", "RSS MB before → peak → after", "processes after"]
     print("| " + " | ".join(head) + " |")
@@ -666,7 +738,8 @@ def print_storm(results, scale):
                 text += f" ({min(pairs):.2f}–{max(pairs):.2f})"
             return text
         changes = str(du["changes"]) + (f" ({du['change_failures']} refused)" if du["change_failures"] else "")
-        row = [system, SCENARIO_NAMES[scenario], changes,
+        row = [system, SCENARIO_NAMES[scenario], changes] + (
+            [kept_text(r["clean"], r["rounds"]) if "clean" in r else "–"] if rounds > 1 else []) + [
                pair("rr", "p99_us"), rel("rr"), pair("rr", "p999_us"),
                pair("conn", "p99_us"), rel("conn"), pair("conn", "p999_us"),
                f"{st['errors']} / {du['errors']}", f"{st['cuts']} / {du['cuts']}",
