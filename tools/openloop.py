@@ -104,6 +104,8 @@ def kept_rounds(clean, n):
 
 def kept_text(clean, n):
     return f"{len(clean)} of {n}" if clean else f"0 of {n}: all used"
+
+
 STORM_SERVERS = 4     # backend listeners; a configuration holds 3 of them
 DNS_NAME = "storm.bench.test"
 
@@ -476,7 +478,12 @@ class StormProxy:
         the generator's CPU, where it delayed the generator itself."""
         with socket.create_connection(("127.0.0.1", self.admin), timeout=5) as s:
             s.sendall(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
-            head = s.recv(65536)
+            head = b""
+            while len(head) < 12:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                head += chunk
             if not head.startswith(b"HTTP/1.1 200"):
                 raise OSError("GET /metrics: " + head[:40].decode(errors="replace"))
             while s.recv(65536):
