@@ -200,14 +200,25 @@ def loadavg():
         return f.read().split()[0]
 
 
-def machine_busy_seconds():
-    """CPU time the whole machine has spent busy since boot, all cores summed:
-    user + nice + system + irq + softirq + steal from /proc/stat (everything
-    but idle and iowait; guest time is already inside user)."""
+def machine_cpu_ticks():
+    """The whole machine's CPU time since boot, all cores summed, in clock
+    ticks: user, nice, system, idle, iowait, irq, softirq, steal (/proc/stat)."""
     with open("/proc/stat") as f:
-        fields = f.readline().split()
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+        return [int(v) for v in f.readline().split()[1:9]]
+
+
+def machine_busy_seconds():
+    """CPU time the whole machine has spent busy since boot: user + nice +
+    system + irq + softirq + steal (everything but idle and iowait; guest
+    time is already inside user)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = machine_cpu_ticks()
     return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+def steal_seconds():
+    """Time the host gave this machine's CPUs to others while they wanted to
+    run, since boot, all cores summed."""
+    return machine_cpu_ticks()[7] / CLK_TCK
 
 
 def free_port():

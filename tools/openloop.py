@@ -71,23 +71,17 @@ REALTIME = {"on": False}  # --realtime: SCHED_RR priority 1 instead of nice
 # (/proc/stat counts in 10 ms ticks), a busy one 5-500; 10 ms of stall in a
 # second is already the p99 of a segment.
 STEAL_LIMIT = 0.005
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def steal_seconds():
-    """Steal time of the whole machine since boot, all CPUs (/proc/stat)."""
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8]) / CLK_TCK
 
 
 class StealMeter:
     """Steal per second of wall time between start and stop()."""
 
-    def __init__(self):
-        self.t0, self.s0 = time.monotonic(), steal_seconds()
+    def __init__(self, b):
+        self.steal = b.steal_seconds
+        self.t0, self.s0 = time.monotonic(), self.steal()
 
     def stop(self):
-        return (steal_seconds() - self.s0) / max(time.monotonic() - self.t0, 1e-3)
+        return (self.steal() - self.s0) / max(time.monotonic() - self.t0, 1e-3)
 
 
 def clean_rounds(rounds):
@@ -259,7 +253,7 @@ def run_latency(b, ctx):
                     n = (i + rnd + ctx.order_offset) % len(ctx.systems)
                     order = list(ctx.systems[n:]) + list(ctx.systems[:n])
                     for system in order:
-                        meter = StealMeter()
+                        meter = StealMeter(b)
                         proc = start_open(ctx, kind, targets[system], rate, prof["step_s"])
                         r = finish_open(b, proc, prof["step_s"] + 60)
                         r["steal"] = meter.stop()
@@ -342,7 +336,7 @@ def print_latency(result, systems):
         for step in result["steps"][kind]:
             row = [f"{step['fraction']:.0%}", f"{step['rate']:.0f}"]
             if rounds > 1:
-                row.append(kept_text(step.get("clean", []), rounds) if "clean" in step else "–")
+                row.append(kept_text(step["clean"], rounds) if "clean" in step else "–")
             sy = step["systems"]
             for s in systems:
                 r = sy.get(s)
@@ -663,7 +657,7 @@ def median_segment(segments, keep=None):
 def segment(b, ctx, proxy, scale, seconds, change, period):
     """The half load for `seconds`; `change(k)` every `period` s when given."""
     warm = 0.5
-    meter = StealMeter()
+    meter = StealMeter(b)
     gens = {kind: start_open(ctx, kind, proxy.port, scale[kind] * 0.25, seconds + warm)
             for kind in KINDS}
     time.sleep(warm)
