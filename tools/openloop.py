@@ -411,13 +411,13 @@ class StormProxy:
     def __init__(self, b, ctx, system, tag, servers, dns=None):
         self.b, self.ctx, self.system = b, ctx, system
         self.port = b.free_port()
-        self.admin = b.free_port() if is_sluice(system) else None
+        self.admin = b.free_port() if b.is_sluice(system) else None
         self.dir = os.path.join(ctx.workdir, f"storm-{system}-{tag}")
         os.makedirs(self.dir, exist_ok=True)
         self.log = os.path.join(self.dir, "log")
         self.dns = dns
         binary = ctx.binaries[system]
-        if is_sluice(system):
+        if b.is_sluice(system):
             self.path = os.path.join(self.dir, "sluice.toml")
             argv = [binary, "-c", self.path]
         elif system == "haproxy":
@@ -436,7 +436,7 @@ class StormProxy:
 
     def text(self, servers):
         b = self.b
-        if is_sluice(self.system):
+        if b.is_sluice(self.system):
             tail = ["", "[admin]", f'listen = "127.0.0.1:{self.admin}"']
             if self.dns:
                 tail += ["", "[resolver]", f'nameservers = ["{self.dns}"]', 'valid = "1s"',
@@ -502,18 +502,13 @@ class StormProxy:
         self.ctx.procs.stop(self.proc, grace=10)
 
 
-def is_sluice(system):
-    """sluice, or the earlier build given with --sluice-base."""
-    return system in ("sluice", "sluice-base")
-
-
-def storm_scenarios(systems):
+def storm_scenarios(b, systems):
     out = []
     for system in systems:
         if system == "direct":
             continue
         out += [(system, "reload"), (system, "reload_servers")]
-        if is_sluice(system):
+        if b.is_sluice(system):
             out += [(system, "put_config"), (system, "dns"), (system, "metrics")]
     return out
 
@@ -541,14 +536,14 @@ def run_storm(b, ctx, scale):
     results = {}
     dns = None
     hosts = None
-    if any(is_sluice(s) for s in ctx.systems) and b.dnsmasq_binary():
+    if any(b.is_sluice(s) for s in ctx.systems) and b.dnsmasq_binary():
         ddir = os.path.join(ctx.workdir, "storm-dns")
         os.makedirs(ddir, exist_ok=True)
         dns = b.Dnsmasq(ctx.procs, b.dnsmasq_binary(), ddir,
                         [f"127.0.0.{i + 1}:{ctx.wild_port}" for i in range(STORM_SERVERS - 1)])
         place(dns.proc.pid, ctx.proxy_cpu)
         hosts = os.path.join(ddir, "dns-hosts")
-    for system, scenario in storm_scenarios(ctx.systems):
+    for system, scenario in storm_scenarios(b, ctx.systems):
         if scenario == "dns" and dns is None:
             results[(system, scenario)] = "dnsmasq (Debian dnsmasq-base) is not installed"
             continue
