@@ -32,9 +32,10 @@ enum class Cause : unsigned char {
   rate_limited,      // client_rate_limit exceeded for this client address
   server_no_tls,     // preread = "postgres": the server refused TLS (answered 'N')
   queue_timeout,     // waited in the upstream's queue (every server full) for queue_timeout
+  fenced,            // the server lost its place as the one writer (another primary won, or a failover began)
 };
 
-inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::queue_timeout) + 1;
+inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::fenced) + 1;
 
 constexpr std::string_view to_string(Cause c) {
   switch (c) {
@@ -63,6 +64,7 @@ constexpr std::string_view to_string(Cause c) {
     case Cause::rate_limited: return "rate_limited";
     case Cause::server_no_tls: return "server_no_tls";
     case Cause::queue_timeout: return "queue_timeout";
+    case Cause::fenced: return "fenced";
   }
   return "unknown";
 }

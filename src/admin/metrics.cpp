@@ -223,8 +223,22 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
   per_route("sluice_route_bytes_out_total", "Bytes delivered from servers to clients on this route (at session end).",
             [](const RouteStats& r) { return load(r.bytes_out); });
 
-  per_server(w, snap, "sluice_server_up", "gauge", "1 when the server may get new sessions now, else 0.",
-             [now](const Upstream& u, std::size_t i) { return u.server(i).eligible(now) ? 1.0 : 0.0; });
+  per_server(w, snap, "sluice_server_up", "gauge",
+             "1 when the server takes new sessions now, else 0 (down, standby, fenced, drained or disabled).",
+             [now](const Upstream& u, std::size_t i) { return u.server(i).takes_sessions(now) ? 1.0 : 0.0; });
+  per_server(w, snap, "sluice_server_fenced", "gauge",
+             "1 while the server is fenced: another primary serves, or a failover away from it is under way.",
+             [](const Upstream& u, std::size_t i) { return u.server(i).fenced() ? 1.0 : 0.0; });
+  w.family("sluice_server_state", "gauge", "1 for the server's state now, 0 for the others.");
+  for (const auto& [uname, up] : snap.upstreams) {
+    for (std::size_t i = 0; i < up->size(); ++i) {
+      const std::string state = up->server(i).status(now).state;
+      for (const char* one : {"up", "standby", "down", "fenced", "drained", "disabled"}) {
+        w.sample("sluice_server_state", {{"upstream", uname}, {"server", up->server(i).address.text}, {"state", one}},
+                 state == one ? 1.0 : 0.0);
+      }
+    }
+  }
   per_server(w, snap, "sluice_server_weight", "gauge", "Weight (the admin override, else the file's).",
              [](const Upstream& u, std::size_t i) { return static_cast<double>(u.base_weight(i)); });
   per_server(w, snap, "sluice_server_effective_weight", "gauge", "Weight the balancer uses now (slow start).",

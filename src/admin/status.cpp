@@ -66,6 +66,10 @@ nlohmann::json server_json(const Upstream& up, std::size_t i, TimePoint now) {
       {"check_failures", relaxed(s.check_failures)},
       {"down_count", s.down_count()},
       {"downtime_seconds", std::chrono::duration<double>(s.downtime(now)).count()},
+      {"role", st.role},
+      {"lag_seconds", st.lag_seconds ? nlohmann::json(*st.lag_seconds) : nlohmann::json(nullptr)},
+      {"fenced_by", st.fenced_by},
+      {"fence_reason", st.fence_reason},
   };
 }
 

@@ -105,7 +105,7 @@ struct Column {
 };
 constexpr Column kServerColumns[] = {
     {"server", "address (backup servers are marked)", 0},
-    {"state", "up, down, drained or disabled", 76},
+    {"state", "up, standby, down, fenced, drained or disabled", 76},
     {"for", "time in the current state", 86},
     {"reason", "why the server is in this state", 190},
     {"last check", "the last active check: result, type, duration, how long ago", 190},
@@ -169,6 +169,8 @@ th,td{padding:5px 6px;border-bottom:1px solid #e6e9ed;text-align:left;overflow:h
 th{background:#eef1f4;font-weight:600;cursor:help}td.n{text-align:right;font-variant-numeric:tabular-nums}
 tr.state-up td.s{background:#d7f5dd}tr.state-down td.s{background:#ffd6d6}
 tr.state-drained td.s{background:#fff2c2}tr.state-disabled td.s{background:#dedede}
+tr.state-standby td.s{background:#e6e8eb;color:#4a525c}tr.state-fenced td.s{background:#e9d7ff}
+td.s .role{display:block;font-size:11px;color:#4a525c}
 tr.state-down{background:#fff5f5}tr.route td{color:#445;background:#fafbfc}tr.route td:first-child{padding-left:22px}
 .chk-pass{color:#176b2c;font-weight:600}.chk-fail{color:#b00020;font-weight:600}.chk-local_error{color:#8a5a00}
 .tag{font-size:11px;border:1px solid #99a;border-radius:3px;padding:0 3px;margin-left:4px;color:#445}
@@ -237,6 +239,19 @@ std::string button(const std::string& action, const std::string& label, const st
          label + "</button>";
 }
 
+// The role a standby or fenced server plays, in plain words: "replica, 0 s
+// behind"; nothing for a server that is up or has no role check.
+std::string role_words(const nlohmann::json& sv) {
+  const std::string state = sv["state"].get<std::string>();
+  const std::string role = sv.value("role", std::string());
+  if (role.empty() || (state != "standby" && state != "fenced")) return {};
+  std::string words = role;
+  if (const auto& lag = sv["lag_seconds"]; lag.is_number()) {
+    words += ", " + std::to_string(static_cast<long long>(lag.get<double>() + 0.5)) + " s behind";
+  }
+  return "<span class=\"role\">" + html_escape(words) + "</span>";
+}
+
 std::string server_row(const nlohmann::json& sv, std::int64_t now_ms, std::int64_t started_ms,
                        const std::string& upstream) {
   const std::string state = sv["state"].get<std::string>();
@@ -268,7 +283,7 @@ std::string server_row(const nlohmann::json& sv, std::int64_t now_ms, std::int64
                   "\" data-weight=\"" + text(sv["weight"]) + "\" data-admin=\"" + html_escape(admin) + "\">";
   h += td(html_escape(addr) + (sv["backup"].get<bool>() ? "<span class=\"tag\">backup</span>" : ""), nullptr,
           html_escape(addr));
-  h += td(html_escape(state), "s");
+  h += td(html_escape(state) + role_words(sv), "s");
   h += td(human_duration(in_state), "n");
   h += td(text(sv["reason"]), nullptr, text(sv["reason"]));
   h += td(check, "chk", check_title);

@@ -159,9 +159,11 @@ bool Control::start() {
         if (action == HealthChecker::SessionAction::drain) {
           drain_down(std::move(server));
         } else {
-          close_sessions(std::move(server), Cause::server_down);
+          close_sessions(std::move(server), action == HealthChecker::SessionAction::fence ? Cause::fenced
+                                                                                          : Cause::server_down);
         }
       });
+  health_->set_on_up([this](const std::shared_ptr<ServerState>& server) { serve_queue(server->upstream); });
   start_discovery(config);
   start_sentinels(config);
   uv_async_init(loop_, &stopped_async_, on_stopped_async);
@@ -335,6 +337,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   }
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
+  snapshot_is_current();
   if (before) {
     drain_removed(*before, *snapshot_);
     close_replaced_masters(*before);
@@ -480,7 +483,10 @@ void Control::start_discovery(const Config& config) {
 // sentinels are asked first (in order, each within its timeout), as DNS names
 // are.
 void Control::start_sentinels(const Config& config) {
-  sentinels_ = std::make_unique<discovery::Sentinels>(loop_, [this] { apply_discovered(); });
+  sentinels_ = std::make_unique<discovery::Sentinels>(
+      loop_, [this] { apply_discovered(); },
+      [this](const std::string& upstream, const std::string& address, bool fence, const std::string& by,
+             const std::string& reason) { sentinel_fence(upstream, address, fence, by, reason); });
   sentinels_->configure(config);
   if (!sentinels_->active()) return;
   const Duration limit = discovery::Sentinels::settle_limit(config);
@@ -528,13 +534,14 @@ void Control::apply_discovered() {
   }
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
+  snapshot_is_current();
   drain_removed(*before, *snapshot_);
   close_replaced_masters(*before);
 }
 
-// A master the sentinels replaced: its sessions end now (cause server_down,
-// as on a role change), after the workers have the Snapshot with the new
-// master, since writes there would fail or land on a demoted node.
+// A master the sentinels replaced: its sessions end now (cause fenced: it
+// is no longer the one writer), after the workers have the Snapshot with
+// the new master, since writes there would fail or land on a demoted node.
 void Control::close_replaced_masters(const Snapshot& before) {
   if (!sentinels_) return;
   for (const auto& [upstream, address] : sentinels_->take_replaced()) {
@@ -545,7 +552,7 @@ void Control::close_replaced_masters(const Snapshot& before) {
       if (format_sockaddr(reinterpret_cast<const sockaddr*>(&state->address.addr)) != address) continue;
       spdlog::info("upstream \"{}\" server {} is no longer the master: closing its {} session(s)", upstream,
                    state->address.text, state->active.load(std::memory_order_relaxed));
-      close_sessions(state, Cause::server_down);
+      close_sessions(state, Cause::fenced);
     }
   }
 }

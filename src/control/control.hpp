@@ -206,6 +206,19 @@ class Control {
   // Closes the sessions of the masters the sentinels replaced since the
   // last call (servers of `before`).
   void close_replaced_masters(const Snapshot& before);
+  // One writer (one_writer.cpp): a sentinel announced a failover away from
+  // master `address` of `upstream` (fence), or it did not happen.
+  void sentinel_fence(const std::string& upstream, const std::string& address, bool fence, const std::string& by,
+                      const std::string& reason);
+  // A failover fence handed over by the previous process: this process's
+  // sentinels did not see the failover begin, so the fence is lifted after
+  // kPromotionWait unless the master has changed by then.
+  void expire_failover_fence(std::shared_ptr<ServerState> state);
+  // Hands the servers that may take sessions again to the clients waiting
+  // in upstream `name`'s queue.
+  void serve_queue(const std::string& name);
+  // `snapshot_` is the one the workers use from now on.
+  void snapshot_is_current();
 
   static void on_signal_fd(uv_poll_t* h, int status, int events);
   void on_signal(int signum);

@@ -328,7 +328,12 @@ void Control::on_upgrade_message(Upgrade& u) {
                      upgrade::field(passive.fails),
                      upgrade::field(static_cast<std::uint64_t>(passive.window_age.count())),
                      upgrade::field(static_cast<std::uint64_t>(passive.down_left.count())),
-                     upgrade::field(static_cast<std::uint64_t>(passive.down_age.count()))};
+                     upgrade::field(static_cast<std::uint64_t>(passive.down_age.count())),
+                     // One writer: a fenced server stays fenced in the new
+                     // process (fields a process before them does without).
+                     upgrade::field(static_cast<std::uint64_t>(server->fence_kind())),
+                     server->fenced_by(),
+                     server->status(now).fence_reason};
         send_error = upgrade::send(u.fd, sm, kSendTimeoutMs);
       }
       if (send_error.empty()) send_error = send_client_buckets(u.fd);
@@ -445,7 +450,7 @@ std::string Control::receive_handover() {
         break;
       case upgrade::Kind::server:
         m.close_fds();
-        if (m.fields.size() == kServerFields) inherited_servers_.push_back(std::move(m.fields));
+        if (m.fields.size() >= kServerFields) inherited_servers_.push_back(std::move(m.fields));
         break;
       case upgrade::Kind::client:
         m.close_fds();
@@ -474,8 +479,15 @@ void Control::restore_servers() {
       if (f[0] != st->upstream || f[1] != id) continue;
       const auto active = static_cast<ActiveState>(upgrade::number(f[2]));
       const auto admin = static_cast<AdminState>(upgrade::number(f[3]));
-      if (active == ActiveState::up || active == ActiveState::down) {
+      if (active == ActiveState::up || active == ActiveState::down || active == ActiveState::standby) {
         st->set_active(active, "as the previous process had it");
+      }
+      if (f.size() >= kServerFields + 3) {
+        const auto fence = static_cast<FenceKind>(upgrade::number(f[kServerFields]));
+        if (fence == FenceKind::lost || fence == FenceKind::waiting || fence == FenceKind::failover) {
+          st->fence(fence, f[kServerFields + 1], f[kServerFields + 2] + " (as the previous process had it)");
+          if (fence == FenceKind::failover) expire_failover_fence(st);
+        }
       }
       if (admin == AdminState::drain || admin == AdminState::disabled) st->set_admin(admin);
       if (const std::uint64_t w = upgrade::number(f[4]); w != 0) {

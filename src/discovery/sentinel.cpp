@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <spdlog/spdlog.h>
@@ -254,27 +255,77 @@ std::string switched_to(const std::string& message, const std::string& master) {
   return sentinel_address(new_ip, new_port);
 }
 
+std::optional<FailoverSign> failover_sign(std::string_view channel, const std::string& message,
+                                          const std::string& master) {
+  std::istringstream in(message);
+  if (channel == "+switch-master") {
+    std::string name, old_ip, old_port, new_ip, new_port, extra;
+    if (!(in >> name >> old_ip >> old_port >> new_ip >> new_port) || (in >> extra) || name != master) {
+      return std::nullopt;
+    }
+    FailoverSign s{sentinel_address(old_ip, old_port), sentinel_address(new_ip, new_port)};
+    if (s.from.empty() || s.to.empty()) return std::nullopt;
+    return s;
+  }
+  if (channel == "+failover-state-send-slaveof-noone" || channel == "+promoted-slave") {
+    std::string type, id, ip, port, at, name, master_ip, master_port, extra;
+    if (!(in >> type >> id >> ip >> port >> at >> name >> master_ip >> master_port) || (in >> extra) ||
+        type != "slave" || at != "@" || name != master) {
+      return std::nullopt;
+    }
+    FailoverSign s{sentinel_address(master_ip, master_port), sentinel_address(ip, port)};
+    if (s.from.empty() || s.to.empty()) return std::nullopt;
+    return s;
+  }
+  return std::nullopt;
+}
+
+std::string majority(const std::vector<std::string>& words) {
+  std::map<std::string, std::size_t> count;
+  for (const std::string& w : words) {
+    if (!w.empty() && ++count[w] * 2 > words.size()) return w;
+  }
+  return {};
+}
+
 class Sentinels::Watch {
  public:
-  Watch(Sentinels* owner, std::string upstream, SentinelConfig config, std::string master)
-      : owner_(owner), upstream_(std::move(upstream)), config_(std::move(config)), master_(std::move(master)) {
+  Watch(Sentinels* owner, std::string upstream, SentinelConfig config, std::string master,
+        std::string node_password_file)
+      : owner_(owner),
+        upstream_(std::move(upstream)),
+        config_(std::move(config)),
+        node_password_file_(std::move(node_password_file)),
+        master_(std::move(master)) {
     poll_timer_ = new_timer(owner_->loop_, this);
-    sub_timer_ = new_timer(owner_->loop_, this);
+    episode_timer_ = new_timer(owner_->loop_, this);
+    peers_.resize(config_.addresses.size());
+    for (std::size_t i = 0; i < peers_.size(); ++i) {
+      peers_[i].watch = this;
+      peers_[i].index = i;
+      peers_[i].retry = new_timer(owner_->loop_, &peers_[i]);
+    }
     poll_round();
-    sub_connect();
+    for (Peer& p : peers_) sub_connect(p);
   }
 
   ~Watch() {
-    if (poll_ != nullptr) poll_->close();
-    if (sub_ != nullptr) sub_->close();
+    for (Peer& p : peers_) {
+      if (p.poll != nullptr) p.poll->close();
+      if (p.sub != nullptr) p.sub->close();
+      close_timer(p.retry);
+    }
+    if (probe_ != nullptr) probe_->close();
+    if (replid_conn_ != nullptr) replid_conn_->close();
     close_timer(poll_timer_);
-    close_timer(sub_timer_);
+    close_timer(episode_timer_);
   }
 
   Watch(const Watch&) = delete;
   Watch& operator=(const Watch&) = delete;
 
   const SentinelConfig& config() const { return config_; }
+  const std::string& node_password_file() const { return node_password_file_; }
   const std::string& master() const { return master_; }
   bool settled() const { return asked_ || !master_.empty(); }
 
@@ -293,13 +344,27 @@ class Sentinels::Watch {
   }
 
  private:
+  // One listed sentinel: its subscription, its poll, and its latest word.
+  struct Peer {
+    Watch* watch = nullptr;
+    std::size_t index = 0;
+    Conn* sub = nullptr;
+    bool subscribed = false;
+    Duration backoff = kFirstBackoff;
+    uv_timer_t* retry = nullptr;
+    Conn* poll = nullptr;
+    std::string word;  // the master it named last; "" when none yet
+  };
+
   std::string label(std::size_t index) const { return "sentinel " + config_.addresses[index].text; }
 
   std::string request(const std::string& password, bool subscribe) const {
     std::string out;
     if (!password.empty()) out += resp_command({"AUTH", password});
     out += resp_command({"SENTINEL", "get-master-addr-by-name", config_.master});
-    if (subscribe) out += resp_command({"SUBSCRIBE", "+switch-master"});
+    if (subscribe) {
+      out += resp_command({"SUBSCRIBE", "+switch-master", "+failover-state-send-slaveof-noone", "+promoted-slave"});
+    }
     return out;
   }
 
@@ -309,11 +374,44 @@ class Sentinels::Watch {
     last_error_ms_ = wall_now_ms();
   }
 
-  // A sentinel named `addr` as the master.
-  void answered(const std::string& addr, const std::string& via) {
+  // --- the master: a majority's word, or a proven promotion ---
+
+  void heard(Peer& p, const std::string& addr) {
     last_answer_ms_ = wall_now_ms();
-    if (addr == master_) return;
+    p.word = addr;
+    decide();
+  }
+
+  void decide() {
+    std::vector<std::string> words;
+    for (const Peer& p : peers_) words.push_back(p.word);
+    std::string agreed = majority(words);
+    if (!agreed.empty() && agreed == left_ && wall_now_ms() < left_until_ms_) {
+      // The sentinels that still name the master a proven promotion left
+      // behind have not heard of it yet.
+      return;
+    }
+    if (agreed.empty() && master_.empty() && asked_) {
+      // Fewer than a majority answer at all: at start, the word of those
+      // that do (the first listed among the most named) rather than no
+      // server; the master's own ROLE check still has the last word.
+      std::map<std::string, std::size_t> count;
+      std::size_t best = 0;
+      for (const std::string& w : words) {
+        if (!w.empty() && ++count[w] > best) {
+          best = count[w];
+          agreed = w;
+        }
+      }
+    }
+    if (agreed.empty() || agreed == master_) return;
+    move_to(agreed, master_.empty() ? "named by the sentinels" : "named by a majority of the sentinels");
+  }
+
+  void move_to(const std::string& addr, const std::string& via) {
+    end_episode();
     const std::string old = std::exchange(master_, addr);
+    master_replid_.clear();
     if (old.empty()) {
       spdlog::info("sentinel: upstream \"{}\" master {} is {} ({})", upstream_, quote(config_.master), addr, via);
     } else {
@@ -322,179 +420,320 @@ class Sentinels::Watch {
       owner_->replaced_.emplace_back(upstream_, old);
     }
     owner_->changed();
+    read_replid();
   }
 
-  // --- the safety-net poll: each sentinel in order, first answer wins ---
+  // --- a failover under way ---
 
-  // One round over the sentinels. It starts at the one the subscription is
-  // on, when there is one: that sentinel sent the last +switch-master, so
-  // its answer agrees with it, while another may not have heard of a
-  // failover yet and would name the old master for a moment.
+  void sign(Peer& p, std::string_view channel, const FailoverSign& s) {
+    if (master_.empty() || s.from != master_ || s.to == master_) return;  // old news, or another master
+    if (refuted_.count({p.index, s.to}) != 0) {
+      spdlog::debug("sentinel: upstream \"{}\": {} announces {} again for {}; ignored (refuted before)", upstream_,
+                    label(p.index), channel, s.to);
+      return;
+    }
+    if (!candidate_.empty()) return;  // already under way
+    candidate_ = s.to;
+    announced_by_ = p.index;
+    const std::string reason = "a failover of master " + quote(config_.master) + " to " + s.to + " began (" +
+                               std::string(channel) + " from " + label(p.index) + ")";
+    spdlog::warn("sentinel: upstream \"{}\": {}: {} is fenced until {} takes over (at most {} unless it does)",
+                 upstream_, reason, master_, s.to, format_duration(kPromotionWait));
+    if (owner_->on_fence_) owner_->on_fence_(upstream_, master_, true, s.to, reason);
+    uv_timer_start(episode_timer_, [](uv_timer_t* t) { static_cast<Watch*>(t->data)->refute("it did not take over"); },
+                   timer_ms(kPromotionWait), 0);
+    probe_candidate();
+  }
+
+  // The candidate's own word: INFO replication, every 100 ms while the
+  // failover is under way.
+  void probe_candidate() {
+    if (candidate_.empty() || probe_ != nullptr) return;
+    std::string error;
+    const std::optional<Endpoint> ep = parse_address(candidate_, false, error);
+    std::string password;
+    if (!ep || !read_password(node_password_file_, password, error)) return;
+    auto step = std::make_shared<int>(password.empty() ? 1 : 0);
+    std::string req = password.empty() ? std::string() : resp_command({"AUTH", password});
+    req += resp_command({"INFO", "replication"});
+    probe_ = Conn::start(
+        owner_->loop_, *ep, req,
+        [this, step](const RespValue& v) {
+          if ((*step)++ == 0) return;  // AUTH's answer; INFO says whether it worked
+          probe_->close();
+          probe_ = nullptr;
+          if (v.type == RespValue::Type::bulk) judge_candidate(v.text);
+          retry_probe();
+        },
+        [this](const std::string&) {
+          probe_ = nullptr;
+          retry_probe();
+        });
+  }
+
+  void retry_probe() {
+    if (candidate_.empty()) return;
+    auto* t = new uv_timer_t;
+    uv_timer_init(owner_->loop_, t);
+    t->data = this;
+    probe_waits_.push_back(t);
+    uv_timer_start(t, [](uv_timer_t* timer) {
+      auto* w = static_cast<Watch*>(timer->data);
+      std::erase(w->probe_waits_, timer);
+      close_timer(timer);
+      w->probe_candidate();
+    }, 100, 0);
+  }
+
+  void judge_candidate(const std::string& info) {
+    const std::string role = info_value(info, "role");
+    if (role != "master") return;  // not promoted yet
+    const std::string replid2 = info_value(info, "master_replid2");
+    if (master_replid_.empty()) return;  // nothing to compare with: the sentinels' majority decides
+    if (replid2 == master_replid_) {
+      const std::string from = master_;
+      left_ = from;
+      left_until_ms_ = wall_now_ms() + kLeftBehind.count();
+      move_to(candidate_, "promoted from " + from + ", as " + label(announced_by_) +
+                              " announced: its master_replid2 is the old master's master_replid");
+      return;
+    }
+    refute("it is a master that did not take over from " + master_ + " (its master_replid2 is not " + master_ +
+           "'s master_replid)");
+  }
+
+  void refute(const std::string& why) {
+    if (candidate_.empty()) return;
+    const std::string candidate = candidate_;
+    const std::size_t by = announced_by_;
+    end_episode();
+    refuted_.insert({by, candidate});
+    spdlog::warn("sentinel: upstream \"{}\": the failover {} announced to {} is not happening ({}): {} is no longer "
+                 "fenced; its later announcements of {} are ignored",
+                 upstream_, label(by), candidate, why, master_, candidate);
+    if (owner_->on_fence_) owner_->on_fence_(upstream_, master_, false, candidate, "the failover to " + candidate +
+                                             " announced by " + label(by) + " is not happening (" + why + ")");
+  }
+
+  void end_episode() {
+    candidate_.clear();
+    uv_timer_stop(episode_timer_);
+    if (probe_ != nullptr) {
+      probe_->close();
+      probe_ = nullptr;
+    }
+    for (uv_timer_t* t : probe_waits_) close_timer(t);
+    probe_waits_.clear();
+  }
+
+  // The master's replication id, which a replica promoted from it keeps as
+  // its master_replid2.
+  void read_replid() {
+    if (master_.empty() || replid_conn_ != nullptr) return;
+    std::string error;
+    const std::optional<Endpoint> ep = parse_address(master_, false, error);
+    std::string password;
+    if (!ep || !read_password(node_password_file_, password, error)) return;
+    auto step = std::make_shared<int>(password.empty() ? 1 : 0);
+    std::string req = password.empty() ? std::string() : resp_command({"AUTH", password});
+    req += resp_command({"INFO", "replication"});
+    const std::string asked = master_;
+    replid_conn_ = Conn::start(
+        owner_->loop_, *ep, req,
+        [this, step, asked](const RespValue& v) {
+          if ((*step)++ == 0) return;
+          replid_conn_->close();
+          replid_conn_ = nullptr;
+          if (v.type == RespValue::Type::bulk && asked == master_ && info_value(v.text, "role") == "master") {
+            master_replid_ = info_value(v.text, "master_replid");
+          }
+        },
+        [this](const std::string&) { replid_conn_ = nullptr; });
+  }
+
+  static std::string info_value(const std::string& info, const std::string& field) {
+    std::istringstream in(info);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':') {
+        return line.substr(field.size() + 1);
+      }
+    }
+    return {};
+  }
+
+  // --- the safety-net poll: every sentinel at once ---
+
   void poll_round() {
-    poll_tried_ = 0;
-    poll_from(subscribed_ ? sub_index_ : 0);
+    polls_left_ = peers_.size();
+    poll_ok_ = false;
+    for (Peer& p : peers_) poll_one(p);
   }
 
-  void poll_from(std::size_t index) {
-    poll_index_ = index;
-    ++poll_tried_;
+  void poll_one(Peer& p) {
     std::string password, error;
     if (!read_password(config_.password_file, password, error)) {
-      poll_failed(error);
+      poll_done(p, false, error);
       return;
     }
     ++owner_->queries_;
     auto step = std::make_shared<int>(password.empty() ? 1 : 0);
-    poll_ = Conn::start(
-        owner_->loop_, config_.addresses[index], request(password, false),
-        [this, step](const RespValue& v) {
+    p.poll = Conn::start(
+        owner_->loop_, config_.addresses[p.index], request(password, false),
+        [this, &p, step](const RespValue& v) {
           if ((*step)++ == 0) {
-            if (v.type == RespValue::Type::error) poll_failed("AUTH failed: " + peer_text(v.text));
+            if (v.type == RespValue::Type::error) poll_done(p, false, "AUTH failed: " + peer_text(v.text));
             return;
           }
           std::string why;
           const std::string addr = master_of(v, config_.master, why);
           if (addr.empty()) {
-            poll_failed(why);
+            poll_done(p, false, why);
             return;
           }
-          poll_->close();
-          poll_ = nullptr;
-          answered(addr, "asked " + label(poll_index_));
-          poll_round_done(true);
+          p.poll->close();
+          p.poll = nullptr;
+          p.word = addr;
+          poll_done(p, true, {});
         },
-        [this](const std::string& reason) {
-          poll_ = nullptr;
-          poll_failed(reason);
+        [this, &p](const std::string& reason) {
+          p.poll = nullptr;
+          poll_done(p, false, reason);
         });
   }
 
-  void poll_failed(const std::string& reason) {
-    if (poll_ != nullptr) {
-      poll_->close();
-      poll_ = nullptr;
+  void poll_done(Peer& p, bool ok, const std::string& error) {
+    if (p.poll != nullptr) {
+      p.poll->close();
+      p.poll = nullptr;
     }
-    note_error(label(poll_index_) + ": " + reason);
-    if (poll_tried_ < config_.addresses.size()) {
-      poll_from((poll_index_ + 1) % config_.addresses.size());
-      return;
-    }
-    if (!poll_failing_) {
+    if (!ok) note_error(label(p.index) + ": " + error);
+    poll_ok_ = poll_ok_ || ok;
+    if (--polls_left_ > 0) return;
+    if (poll_ok_) last_answer_ms_ = wall_now_ms();
+    if (!poll_ok_ && !poll_failing_) {
       spdlog::warn("sentinel: upstream \"{}\": no sentinel named master {} (last: {}); {}", upstream_,
                    quote(config_.master), last_error_,
                    master_.empty() ? "no server until one does" : "keeping " + master_);
-    }
-    poll_failing_ = true;
-    poll_round_done(false);
-  }
-
-  void poll_round_done(bool ok) {
-    if (ok && poll_failing_) {
+    } else if (poll_ok_ && poll_failing_) {
       spdlog::info("sentinel: upstream \"{}\": the sentinels answer again", upstream_);
-      poll_failing_ = false;
     }
-    if (ok) last_error_.clear();
+    poll_failing_ = !poll_ok_;
+    if (poll_ok_) last_error_.clear();
     asked_ = true;
-    const Duration next = ok ? kSentinelPoll : kSentinelTimeout;
+    decide();
+    read_replid();
+    const Duration next = poll_ok_ ? kSentinelPoll : kSentinelTimeout;
     next_poll_ms_ = wall_now_ms() + next.count();
     uv_timer_start(poll_timer_, [](uv_timer_t* t) { static_cast<Watch*>(t->data)->poll_round(); }, timer_ms(next), 0);
   }
 
-  // --- the subscription to +switch-master ---
+  // --- the subscriptions, one per sentinel ---
 
-  void sub_connect() {
+  void sub_connect(Peer& p) {
     std::string password, error;
     if (!read_password(config_.password_file, password, error)) {
-      sub_failed(error);
+      sub_failed(p, error);
       return;
     }
     ++owner_->queries_;
     auto step = std::make_shared<int>(password.empty() ? 1 : 0);
-    sub_ = Conn::start(
-        owner_->loop_, config_.addresses[sub_index_], request(password, true),
-        [this, step](const RespValue& v) {
+    p.sub = Conn::start(
+        owner_->loop_, config_.addresses[p.index], request(password, true),
+        [this, &p, step](const RespValue& v) {
           const int at = (*step)++;
           if (at == 0) {
-            if (v.type == RespValue::Type::error) sub_failed("AUTH failed: " + peer_text(v.text));
+            if (v.type == RespValue::Type::error) sub_failed(p, "AUTH failed: " + peer_text(v.text));
             return;
           }
           if (at == 1) {
             std::string why;
             const std::string addr = master_of(v, config_.master, why);
             if (addr.empty()) {
-              sub_failed(why);
+              sub_failed(p, why);
               return;
             }
-            answered(addr, "asked " + label(sub_index_));
+            heard(p, addr);
             return;
           }
           if (v.type != RespValue::Type::array || v.items.size() != 3) {
-            sub_failed("an unexpected message on the subscription");
+            sub_failed(p, "an unexpected message on the subscription");
             return;
           }
-          if (at == 2) {
+          if (at <= 4) {
             if (!is_text(v.items[0], "subscribe")) {
-              sub_failed("SUBSCRIBE was not confirmed");
+              sub_failed(p, "SUBSCRIBE was not confirmed");
               return;
             }
-            sub_->settle();
-            subscribed_ = true;
-            backoff_ = kFirstBackoff;
-            spdlog::info("sentinel: upstream \"{}\" follows +switch-master at {}", upstream_, label(sub_index_));
+            if (at < 4) return;
+            p.sub->settle();
+            p.subscribed = true;
+            p.backoff = kFirstBackoff;
+            spdlog::info("sentinel: upstream \"{}\" follows the failovers announced at {}", upstream_, label(p.index));
             return;
           }
-          if (!is_text(v.items[0], "message") || !is_text(v.items[1], "+switch-master")) return;
-          const std::string addr = switched_to(v.items[2].text, config_.master);
-          if (!addr.empty()) answered(addr, "+switch-master from " + label(sub_index_));
+          if (!is_text(v.items[0], "message") || v.items[1].type != RespValue::Type::bulk) return;
+          const std::string& channel = v.items[1].text;
+          const std::optional<FailoverSign> s = failover_sign(channel, v.items[2].text, config_.master);
+          if (!s) return;
+          sign(p, channel, *s);
+          if (channel == "+switch-master") heard(p, s->to);
         },
-        [this](const std::string& reason) {
-          sub_ = nullptr;
-          sub_failed(reason);
+        [this, &p](const std::string& reason) {
+          p.sub = nullptr;
+          sub_failed(p, reason);
         });
   }
 
-  void sub_failed(const std::string& reason) {
-    if (sub_ != nullptr) {
-      sub_->close();
-      sub_ = nullptr;
+  void sub_failed(Peer& p, const std::string& reason) {
+    if (p.sub != nullptr) {
+      p.sub->close();
+      p.sub = nullptr;
     }
-    if (subscribed_) {
-      subscribed_ = false;
+    if (p.subscribed) {
+      p.subscribed = false;
       spdlog::warn("sentinel: upstream \"{}\": the subscription at {} ended ({}); subscribing again", upstream_,
-                   label(sub_index_), reason);
-      sub_index_ = 0;
+                   label(p.index), reason);
     } else {
-      note_error(label(sub_index_) + ": " + reason);
-      if (sub_index_ + 1 < config_.addresses.size()) {
-        ++sub_index_;
-        sub_connect();
-        return;
-      }
-      sub_index_ = 0;
+      note_error(label(p.index) + ": " + reason);
     }
-    const Duration wait = backoff_;
-    backoff_ = std::min<Duration>(backoff_ * 2, kMaxBackoff);
-    uv_timer_start(sub_timer_, [](uv_timer_t* t) { static_cast<Watch*>(t->data)->sub_connect(); }, timer_ms(wait), 0);
+    const Duration wait = p.backoff;
+    p.backoff = std::min<Duration>(p.backoff * 2, kMaxBackoff);
+    uv_timer_start(p.retry, [](uv_timer_t* t) {
+      auto* peer = static_cast<Peer*>(t->data);
+      peer->watch->sub_connect(*peer);
+    }, timer_ms(wait), 0);
   }
 
   static constexpr Duration kFirstBackoff = std::chrono::milliseconds(100);
   static constexpr Duration kMaxBackoff = std::chrono::seconds(5);
+  // After a proven promotion, how long a majority still naming the old
+  // master is taken for sentinels that have not heard of it yet.
+  static constexpr Duration kLeftBehind = std::chrono::seconds(30);
 
   Sentinels* owner_;
   std::string upstream_;
   SentinelConfig config_;
-  std::string master_;  // canonical "ip:port"; empty until a sentinel names it
+  std::string node_password_file_;  // the Redis servers' AUTH (the upstream's check's password_file)
+  std::string master_;  // canonical "ip:port"; empty until the sentinels name it
+  std::string master_replid_;  // its INFO replication master_replid, once read
   bool asked_ = false;  // a first poll round has ended
-  Conn* poll_ = nullptr;
-  std::size_t poll_index_ = 0;
-  std::size_t poll_tried_ = 0;  // sentinels asked in this round
+  std::vector<Peer> peers_;  // one per listed sentinel; never resized after the constructor
+  std::size_t polls_left_ = 0;
+  bool poll_ok_ = false;
   bool poll_failing_ = false;
-  Conn* sub_ = nullptr;
-  std::size_t sub_index_ = 0;
-  bool subscribed_ = false;
-  Duration backoff_ = kFirstBackoff;
+  // The failover under way: the candidate one sentinel announced.
+  std::string candidate_;
+  std::size_t announced_by_ = 0;
+  Conn* probe_ = nullptr;
+  std::vector<uv_timer_t*> probe_waits_;
+  std::set<std::pair<std::size_t, std::string>> refuted_;  // (sentinel, candidate) announcements that did not hold
+  std::string left_;  // the master a proven promotion left
+  std::int64_t left_until_ms_ = 0;
+  Conn* replid_conn_ = nullptr;
   uv_timer_t* poll_timer_ = nullptr;
-  uv_timer_t* sub_timer_ = nullptr;
+  uv_timer_t* episode_timer_ = nullptr;
   std::int64_t next_poll_ms_ = 0;
   std::int64_t last_answer_ms_ = 0;
   std::string last_error_;
@@ -515,7 +754,8 @@ bool same_sentinels(const SentinelConfig& a, const SentinelConfig& b) {
 
 }  // namespace
 
-Sentinels::Sentinels(uv_loop_t* loop, ChangeCallback on_change) : loop_(loop), on_change_(std::move(on_change)) {
+Sentinels::Sentinels(uv_loop_t* loop, ChangeCallback on_change, FenceCallback on_fence)
+    : loop_(loop), on_change_(std::move(on_change)), on_fence_(std::move(on_fence)) {
   notify_timer_ = new_timer(loop_, this);
 }
 
@@ -529,7 +769,9 @@ void Sentinels::configure(const Config& config) {
   for (const auto& [name, up] : config.upstreams) {
     if (!up.sentinel) continue;
     auto it = watches_.find(name);
-    if (it != watches_.end() && same_sentinels(it->second->config(), *up.sentinel)) {
+    const std::string node_password = up.health ? up.health->password_file : std::string();
+    if (it != watches_.end() && same_sentinels(it->second->config(), *up.sentinel) &&
+        it->second->node_password_file() == node_password) {
       next.emplace(name, std::move(it->second));
       continue;
     }
@@ -537,7 +779,7 @@ void Sentinels::configure(const Config& config) {
     // answer, so the upstream does not lose its server meanwhile.
     std::string known;
     if (it != watches_.end() && it->second->config().master == up.sentinel->master) known = it->second->master();
-    next.emplace(name, std::make_unique<Watch>(this, name, *up.sentinel, known));
+    next.emplace(name, std::make_unique<Watch>(this, name, *up.sentinel, known, node_password));
   }
   watches_ = std::move(next);  // the others close here
 }

@@ -1,14 +1,26 @@
 // Redis Sentinel, on the control loop: an upstream with `sentinel = {...}`
 // has one server, the master its sentinels name. Per upstream:
 //
-// - A subscription: one connection to the first sentinel that answers (in
-//   the written order) that asks `SENTINEL get-master-addr-by-name` and then
-//   `SUBSCRIBE +switch-master`, so a failover is known the moment the
-//   sentinels announce it. When it drops, it is opened again with backoff
-//   (0.1 s doubling to 5 s), from the first address.
-// - A poll every few seconds, a safety net for a message lost while the
-//   subscription was down: the sentinels in order (from the subscribed one,
-//   when there is one), the first that names the master wins.
+// - A subscription to every listed sentinel: each asks `SENTINEL
+//   get-master-addr-by-name` and then subscribes to `+switch-master` and to
+//   the two first signs of a failover, `+failover-state-send-slaveof-noone`
+//   and `+promoted-slave`. A dropped one is opened again with backoff (0.1 s
+//   doubling to 5 s).
+// - A poll every few seconds of every sentinel at once, a safety net for a
+//   message lost while a subscription was down; it also reads the master's
+//   replication id (INFO replication), which tells a real promotion from a
+//   lie.
+// - Each sentinel's latest word (the master it named last). The master
+//   changes when a majority of the listed sentinels name another one, or
+//   when a sentinel announced a failover and the candidate it named shows,
+//   in its own INFO replication, that it took over from the master (its
+//   master_replid2 is the master's master_replid).
+// - The first sign of a failover from any one sentinel fences the master at
+//   once (on_fence): no new session, live ones closed. The fence lasts
+//   until the candidate is confirmed (then the master changes), or is
+//   lifted when the candidate has not taken over within kPromotionWait, or
+//   is a master that did not descend from this one: one sentinel alone can
+//   hold the master back that long, and no longer.
 //
 // Every connection is non-blocking libuv TCP with a deadline; replies are
 // parsed by resp.hpp with its caps. No worker ever waits for a sentinel.
@@ -22,6 +34,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,11 +60,35 @@ std::string sentinel_address(const std::string& ip, const std::string& port);
 // <new-port>": the new address when it is about `master`, else "".
 std::string switched_to(const std::string& message, const std::string& master);
 
+// How long a failover announced by one sentinel may hold the master back
+// before its candidate has taken over.
+inline constexpr Duration kPromotionWait = std::chrono::seconds(3);
+
+// A sign that a failover of `master` has begun, from one sentinel's message
+// on `channel`: the master it moves away from and the candidate, both
+// canonical. +switch-master: "<name> <old-ip> <old-port> <new-ip>
+// <new-port>"; +failover-state-send-slaveof-noone and +promoted-slave:
+// "slave <ip>:<port> <ip> <port> @ <name> <master-ip> <master-port>".
+struct FailoverSign {
+  std::string from;
+  std::string to;
+};
+std::optional<FailoverSign> failover_sign(std::string_view channel, const std::string& message,
+                                          const std::string& master);
+
+// The address most of `words` name (a word per listed sentinel, "" when it
+// named none), when more than half of them name it; else "".
+std::string majority(const std::vector<std::string>& words);
+
 class Sentinels {
  public:
   using ChangeCallback = std::function<void()>;
+  // Fences (`fence` true) or lifts the fence of the master `address` of
+  // `upstream`; `by` is the candidate, `reason` why.
+  using FenceCallback = std::function<void(const std::string& upstream, const std::string& address, bool fence,
+                                           const std::string& by, const std::string& reason)>;
 
-  Sentinels(uv_loop_t* loop, ChangeCallback on_change);
+  Sentinels(uv_loop_t* loop, ChangeCallback on_change, FenceCallback on_fence = {});
   ~Sentinels();
   Sentinels(const Sentinels&) = delete;
   Sentinels& operator=(const Sentinels&) = delete;
@@ -89,6 +127,7 @@ class Sentinels {
 
   uv_loop_t* loop_;
   ChangeCallback on_change_;
+  FenceCallback on_fence_;
   std::map<std::string, std::unique_ptr<Watch>> watches_;  // by upstream
   std::vector<std::pair<std::string, std::string>> replaced_;
   uv_timer_t* notify_timer_ = nullptr;  // runs on_change once per loop turn

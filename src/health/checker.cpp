@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <iterator>
 #include <utility>
+#include <vector>
 
+#include <spdlog/spdlog.h>
+
+#include "health/one_writer.hpp"
 #include "health/target.hpp"
 #include "runtime/snapshot.hpp"
 
@@ -39,8 +43,16 @@ void HealthChecker::update(const Snapshot& snapshot) {
       ++it;
       continue;
     }
-    // No longer checked: a "down" left behind would keep the server out for good.
-    if (w == wanted.end()) it->second->state()->set_active(ActiveState::unchecked, "active checks off");
+    // No longer checked: a "down" left behind would keep the server out for
+    // good, and so would a fence no check can lift any more.
+    if (w == wanted.end()) {
+      ServerState& st = *it->second->state();
+      st.set_active(ActiveState::unchecked, "active checks off");
+      st.set_first_pending(false);
+      if (st.fence_kind() == FenceKind::lost || st.fence_kind() == FenceKind::waiting) {
+        st.unfence("active checks off");
+      }
+    }
     retire(std::move(it->second));
     it = targets_.erase(it);
   }
@@ -107,6 +119,72 @@ void HealthChecker::reported_down(Target& target, bool role_changed) {
     case OnDown::close_sessions: on_down_(target.state(), c, SessionAction::close); return;
     case OnDown::drain: on_down_(target.state(), c, SessionAction::drain); return;
   }
+}
+
+void HealthChecker::serves_again(const std::shared_ptr<ServerState>& state) {
+  if (on_up_) on_up_(state);
+}
+
+void HealthChecker::fence(Target& loser, FenceKind kind, const Target& winner, const std::string& why) {
+  const bool was = loser.state()->fenced();
+  loser.state()->fence(kind, winner.state()->address.text,
+                       winner.state()->address.text + " also says it is the primary; " + why);
+  if (!was && on_down_) on_down_(loser.state(), loser.config(), SessionAction::fence);
+}
+
+bool HealthChecker::arbitrate(Target& t) {
+  if (!health::wants_one_writer(t.config())) return false;
+  // The pool: the servers checked for the same upstream (one per server).
+  std::vector<Target*> pool;
+  for (auto& [key, other] : targets_) {
+    if (other->state()->upstream == t.state()->upstream && health::wants_one_writer(other->config())) {
+      pool.push_back(other.get());
+    }
+  }
+  // Fences that no longer hold: a fenced server that no longer says it is
+  // the primary; one that waits, once no rival says so any more.
+  for (Target* f : pool) {
+    const FenceKind kind = f->state()->fence_kind();
+    if (kind != FenceKind::lost && kind != FenceKind::waiting) continue;
+    if (!f->says_primary()) {
+      f->state()->unfence("it no longer says it is the primary");
+      serves_again(f->state());
+      continue;
+    }
+    if (kind == FenceKind::waiting &&
+        std::none_of(pool.begin(), pool.end(), [f](const Target* r) {
+          return r != f && r->says_primary() && r->state()->fence_kind() != FenceKind::lost;
+        })) {
+      f->state()->unfence("no other server says it is the primary any more");
+      serves_again(f->state());
+    }
+  }
+  if (!t.says_primary() || t.state()->fenced()) return false;
+  // Its rival: another primary not fenced, the one serving first.
+  Target* rival = nullptr;
+  for (Target* r : pool) {
+    if (r == &t || !r->says_primary() || r->state()->fenced()) continue;
+    if (rival == nullptr || (r->state()->active_state() == ActiveState::up &&
+                             rival->state()->active_state() != ActiveState::up)) {
+      rival = r;
+    }
+  }
+  if (rival == nullptr) return false;
+  const bool serving = rival->state()->active_state() == ActiveState::up;
+  const health::Verdict v = health::judge(t.config().type, rival->facts(), t.facts(), serving);
+  switch (v.winner) {
+    case health::Winner::newcomer:
+      fence(*rival, v.loser, t, v.why);
+      return true;
+    case health::Winner::incumbent:
+      fence(t, v.loser, *rival, v.why);
+      return false;
+    case health::Winner::neither:
+      fence(t, FenceKind::waiting, *rival, v.why);
+      fence(*rival, FenceKind::waiting, t, v.why);
+      return false;
+  }
+  return false;
 }
 
 }  // namespace sluice

@@ -28,8 +28,9 @@ class Target;
 
 class HealthChecker {
  public:
-  // What happens to a server's live sessions when checks mark it down.
-  enum class SessionAction { close, drain };
+  // What happens to a server's live sessions when checks mark it down, or
+  // when one writer fences it (close them with cause `fenced`).
+  enum class SessionAction { close, drain, fence };
   // Called when active checks mark a server down and its health table says
   // its sessions end: on_down = "close_sessions" (close) or "drain" (close
   // after the upstream's drain_timeout), or on_role_change =
@@ -44,6 +45,11 @@ class HealthChecker {
   ~HealthChecker();
 
   void set_on_down(DownCallback on_down) { on_down_ = std::move(on_down); }
+  // Called when a server may take sessions again (its check brought it up,
+  // or its fence was lifted): clients waiting in its upstream's queue may
+  // go there now.
+  using UpCallback = std::function<void(const std::shared_ptr<ServerState>&)>;
+  void set_on_up(UpCallback on_up) { on_up_ = std::move(on_up); }
 
   // Makes the running checks match `snapshot`: a server that stays (the same
   // ServerState: the same resolved address) with the same health settings
@@ -75,9 +81,17 @@ class HealthChecker {
   double uniform();  // [0, 1)
   // `role_changed`: the server answered with another role than it had.
   void reported_down(health::Target& target, bool role_changed);
+  // One writer, after `target`'s check read its role: lifts the fences that
+  // no longer hold and, when `target` says it is a primary beside another,
+  // decides which serves and fences the other (docs/health.md). Returns
+  // true when `target` took over from the one serving (it serves at once).
+  bool arbitrate(health::Target& target);
+  void serves_again(const std::shared_ptr<ServerState>& state);
+  void fence(health::Target& loser, FenceKind kind, const health::Target& winner, const std::string& why);
 
   uv_loop_t* loop_;
   DownCallback on_down_;
+  UpCallback on_up_;
   std::map<const ServerState*, std::unique_ptr<health::Target>> targets_;
   std::list<std::unique_ptr<health::Target>> retiring_;  // closing their handles
   std::function<void()> stopped_;

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
+#include <string_view>
 
 #include "health/match.hpp"
 #include "sluice/address.hpp"
@@ -38,6 +39,12 @@ constexpr const char* kSlaveStatus = "SHOW SLAVE STATUS";
 constexpr const char* kVariables =
     "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'super_read_only')";
 constexpr const char* kGalera = "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_local_state', 'wsrep_ready')";
+// The transactions the server has, for one writer (docs/health.md): MariaDB
+// names its GTID position gtid_current_pos, MySQL its set gtid_executed.
+constexpr const char* kMariadbGtid = "SELECT @@GLOBAL.gtid_current_pos";
+constexpr const char* kMysqlGtid = "SELECT @@GLOBAL.gtid_executed";
+
+bool is_gtid_query(const std::string& q) { return q == kMariadbGtid || q == kMysqlGtid; }
 
 bool needs_replica_status(const HealthConfig& c) {
   return c.mysql_role == MysqlRole::replica || c.max_lag.count() > 0;
@@ -93,10 +100,12 @@ void MysqlProbe::begin() {
   password_.clear();
   if (!read_password(password_)) return;
   facts_ = MysqlFacts{};
+  facts_gtid_.clear();
   tried_old_status_ = false;
   queries_.assign({kVariables});
   if (needs_replica_status(config_)) queries_.emplace_back(kReplicaStatus);
   if (config_.galera) queries_.emplace_back(kGalera);
+  if (wants_one_writer(config_)) queries_.emplace_back(kMariadbGtid);
   query_index_ = 0;
 
   mysql_ = mysql_init(nullptr);
@@ -211,6 +220,12 @@ void MysqlProbe::advance(int ready) {
       } else {
         err = mysql_errno(mysql_) != 0 ? 1 : 0;
       }
+      if (err != 0 && is_gtid_query(queries_[query_index_])) {
+        // No GTID position to read (an old server, a privilege): the
+        // verdict stands; one writer then keeps the serving server.
+        next_query_or_finish();
+        return;
+      }
       if (err != 0) {
         const bool old_server = mysql_errno(mysql_) == ER_PARSE_ERROR &&
                                 queries_[query_index_] == kReplicaStatus && !tried_old_status_;
@@ -241,6 +256,12 @@ void MysqlProbe::advance(int ready) {
 
 void MysqlProbe::start_query() {
   step_ = Step::query;
+  if (queries_[query_index_] == kMariadbGtid) {
+    const char* version = mysql_get_server_info(mysql_);
+    if (version == nullptr || std::string_view(version).find("MariaDB") == std::string_view::npos) {
+      queries_[query_index_] = kMysqlGtid;
+    }
+  }
   const std::string& q = queries_[query_index_];
   int err = 0;
   const int status = mysql_real_query_start(&err, mysql_, q.data(), q.size());
@@ -273,7 +294,10 @@ void MysqlProbe::read_rows(MYSQL_RES* res) {
     return;
   }
   const std::string& q = queries_[query_index_];
-  if (q == kReplicaStatus || q == kSlaveStatus) {
+  if (is_gtid_query(q)) {
+    MYSQL_ROW row = mysql_fetch_row(res);
+    if (row != nullptr && mysql_num_fields(res) >= 1 && row[0] != nullptr) facts_gtid_ = row[0];
+  } else if (q == kReplicaStatus || q == kSlaveStatus) {
     // One row per replication connection; the default one is first.
     MYSQL_ROW row = mysql_fetch_row(res);
     if (row != nullptr) {
@@ -299,11 +323,22 @@ void MysqlProbe::read_rows(MYSQL_RES* res) {
     }
   }
   mysql_free_result(res);
+  next_query_or_finish();
+}
+
+void MysqlProbe::next_query_or_finish() {
   if (++query_index_ < queries_.size()) {
     start_query();
     return;
   }
   auto [ok, reason] = judge_mysql(facts_, config_);
+  const bool writable = !facts_.read_only && !facts_.super_read_only;
+  RoleFacts& f = role_facts_;
+  f.answered = true;
+  f.primary = writable;
+  f.role = writable ? "primary" : "replica";
+  if (facts_.lag_seconds) f.lag_seconds = static_cast<double>(*facts_.lag_seconds);
+  f.gtid = facts_gtid_;
   finish(ok, std::move(reason));
 }
 

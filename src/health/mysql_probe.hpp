@@ -54,6 +54,7 @@ class MysqlProbe final : public Probe {
   void start_query();
   void start_store();
   void read_rows(MYSQL_RES* res);
+  void next_query_or_finish();
   void fail_with_library(const char* what);
 
   static void on_poll(uv_poll_t* h, int status, int events);
@@ -68,6 +69,7 @@ class MysqlProbe final : public Probe {
   // SHOW SLAVE STATUS once.
   bool tried_old_status_ = false;
   MysqlFacts facts_;
+  std::string facts_gtid_;  // the GTID position, with role = "primary"
   // Held for the library while a connect is in flight.
   std::string host_;
   std::string password_;

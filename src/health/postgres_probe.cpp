@@ -42,17 +42,21 @@ std::pair<bool, std::string> judge_postgres_lag(const std::string& in_recovery, 
 
 namespace {
 
-// With max_lag, the standby's replay lag: none while it has replayed all it
-// received (an idle primary sends nothing, and a standby with nothing to
-// replay is not behind), else the age of the last replayed transaction.
-// The WAL receiver count tells a standby cut off from its primary (it
-// would look caught up forever) from one that streams.
-constexpr const char* kRoleQuery = "SELECT pg_is_in_recovery()";
-constexpr const char* kLagQuery =
+// One query for every check: the role; for a standby, whether it streams
+// and its replay lag (none while it has replayed all it received: an idle
+// primary sends nothing, and a standby with nothing to replay is not
+// behind; else the age of the last replayed transaction); for a primary,
+// the timeline it writes on. The timeline is the higher of the last
+// checkpoint's (pg_control_checkpoint()) and the one in the name of the WAL
+// file being written: a promotion switches WAL files to the new timeline at
+// once, while the checkpoint that records it may come a moment later.
+constexpr const char* kRoleQuery =
     "SELECT pg_is_in_recovery(), (SELECT count(*) FROM pg_stat_wal_receiver), "
     "CASE WHEN NOT pg_is_in_recovery() THEN 0 "
     "WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
-    "ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END";
+    "ELSE extract(epoch FROM now() - pg_last_xact_replay_timestamp()) END, "
+    "CASE WHEN pg_is_in_recovery() THEN NULL ELSE GREATEST((pg_control_checkpoint()).timeline_id, "
+    "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int) END";
 
 // libpq's messages are multi-line and start with where it connected; keep
 // the first line's cause: 'connection to server at "h", port 1 failed:
@@ -78,6 +82,7 @@ void PostgresProbe::begin() {
   role_.clear();
   receivers_.clear();
   lag_.clear();
+  timeline_.clear();
   // hostaddr: the address resolved at load time, so libpq does no DNS
   // lookup (a blocking call) on the control loop. libpq does not enforce
   // connect_timeout in non-blocking mode; our timer does. GSS encryption is
@@ -166,8 +171,7 @@ void PostgresProbe::connect_step() {
     default: watch(UV_READABLE | UV_WRITABLE, true); return;  // PGRES_POLLING_ACTIVE: unused by libpq
   }
   connected_ = true;
-  const char* query = config_.max_lag.count() > 0 ? kLagQuery : kRoleQuery;
-  if (PQsetnonblocking(conn_, 1) != 0 || PQsendQuery(conn_, query) == 0) {
+  if (PQsetnonblocking(conn_, 1) != 0 || PQsendQuery(conn_, kRoleQuery) == 0) {
     fail_with_libpq("query failed: ");
     return;
   }
@@ -198,6 +202,11 @@ void PostgresProbe::read_result() {
         finish(false, "no reply to pg_is_in_recovery()");
         return;
       }
+      role_facts_.answered = role_ == "t" || role_ == "f";
+      role_facts_.primary = role_ == "f";
+      role_facts_.role = role_ == "f" ? "primary" : "standby";
+      role_facts_.timeline = timeline_.empty() ? -1 : std::strtoll(timeline_.c_str(), nullptr, 10);
+      if (role_ == "t" && receivers_ != "0" && !lag_.empty()) role_facts_.lag_seconds = std::max(0.0, std::strtod(lag_.c_str(), nullptr));
       auto [ok, reason] = judge_postgres_role(role_, config_.postgres_role);
       if (ok && config_.max_lag.count() > 0) {
         std::tie(ok, reason) = judge_postgres_lag(role_, receivers_, lag_, config_.max_lag, std::move(reason));
@@ -207,9 +216,10 @@ void PostgresProbe::read_result() {
     }
     if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && PQnfields(res) >= 1) {
       role_ = PQgetvalue(res, 0, 0);
-      if (PQnfields(res) == 3) {
+      if (PQnfields(res) == 4) {
         receivers_ = PQgetvalue(res, 0, 1);
         lag_ = PQgetisnull(res, 0, 2) ? "" : PQgetvalue(res, 0, 2);
+        timeline_ = PQgetisnull(res, 0, 3) ? "" : PQgetvalue(res, 0, 3);
       }
     } else if (PQresultStatus(res) != PGRES_TUPLES_OK) {
       std::string reason = "query failed: " + short_message(PQresultErrorMessage(res));

@@ -1,6 +1,7 @@
 // type = "postgres": connect with libpq's non-blocking API (authentication,
 // SCRAM or md5 or trust, and TLS per `sslmode` are libpq's business), then
-// ask `SELECT pg_is_in_recovery()`: 'f' is a primary, 't' a standby.
+// ask `SELECT pg_is_in_recovery()` (with a standby's lag and a primary's
+// timeline): 'f' is a primary, 't' a standby.
 // libpq's socket is watched with a uv_poll_t; while connecting, libpq may
 // close its socket and open another (next address, or a retry without TLS
 // under sslmode=prefer), so the poll handle is made afresh after every
@@ -48,8 +49,9 @@ class PostgresProbe final : public Probe {
   Poll* poll_ = nullptr;
   bool connected_ = false;
   std::string role_;  // pg_is_in_recovery() once read
-  std::string receivers_;  // with max_lag: WAL receivers running
-  std::string lag_;        // with max_lag: replay lag in seconds, "" for NULL
+  std::string receivers_;  // WAL receivers running
+  std::string lag_;        // replay lag in seconds, "" for NULL
+  std::string timeline_;   // a primary's timeline, "" for a standby
 };
 
 }  // namespace sluice::health

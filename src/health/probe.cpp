@@ -34,6 +34,7 @@ void Probe::start(Result result) {
   if (closing_ || result_) return;
   result_ = std::move(result);
   decided_ = false;
+  role_facts_ = RoleFacts{};
   uv_timer_start(&timer_->uv, &Probe::on_timeout, static_cast<std::uint64_t>(config_.timeout.count()), 0);
   begin();
 }

@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "health/handles.hpp"
+#include "health/one_writer.hpp"
 #include "sluice/config.hpp"
 
 namespace sluice::health {
@@ -46,6 +47,9 @@ class Probe {
 
   const Endpoint& target() const { return target_; }
   const HealthConfig& config() const { return config_; }
+  // What the last check read about the server's role and history (role
+  // checks only; `answered` false otherwise).
+  const RoleFacts& facts() const { return role_facts_; }
 
  protected:
   // Opens what the check needs and eventually calls finish() (at once too:
@@ -86,6 +90,7 @@ class Probe {
   bool over_reply_cap(int fd);
 
   uv_loop_t* loop_;
+  RoleFacts role_facts_;  // reset at each start()
   const HealthConfig config_;
   const Endpoint target_;
   HandleTracker handles_;

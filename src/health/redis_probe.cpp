@@ -3,6 +3,10 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
 #include "health/match.hpp"
 #include "sluice/address.hpp"
 
@@ -95,6 +99,9 @@ RedisProbe* RedisProbe::live(const redisAsyncContext* ac) {
 }
 
 void RedisProbe::begin() {
+  role_read_ = false;
+  role_ok_ = false;
+  role_reason_.clear();
   std::string password;
   if (!read_password(password)) return;
   const std::string ip = format_ip(reinterpret_cast<const sockaddr*>(&target_.addr));
@@ -123,6 +130,9 @@ void RedisProbe::begin() {
     redisAsyncCommand(ac, &RedisProbe::on_auth, nullptr, "AUTH %b", password.data(), password.size());
   }
   redisAsyncCommand(ac, &RedisProbe::on_role, nullptr, "ROLE");
+  // The replication ids (which node took over from which: one writer) and
+  // a replica's lag. A server that refuses INFO still has its verdict.
+  redisAsyncCommand(ac, &RedisProbe::on_info, nullptr, "INFO replication");
 }
 
 void RedisProbe::abort() {
@@ -182,8 +192,36 @@ void RedisProbe::on_role(redisAsyncContext* ac, void* r, void*) {
     return;
   }
   const redisReply* first = reply->element[0];
-  auto [ok, reason] = judge_redis_role(std::string(first->str, first->len), self->config_.redis_role);
-  self->finish(ok, std::move(reason));
+  const std::string role(first->str, first->len);
+  auto [ok, reason] = judge_redis_role(role, self->config_.redis_role);
+  self->role_facts_.answered = role == "master" || role == "slave" || role == "replica";
+  self->role_facts_.primary = role == "master";
+  self->role_facts_.role = role == "master" ? "master" : self->role_facts_.answered ? "replica" : role;
+  self->role_ok_ = ok;
+  self->role_reason_ = std::move(reason);
+  self->role_read_ = true;
+}
+
+void RedisProbe::on_info(redisAsyncContext* ac, void* r, void*) {
+  RedisProbe* self = live(ac);
+  if (self == nullptr) return;
+  const auto* reply = static_cast<const redisReply*>(r);
+  if (reply == nullptr) {
+    self->finish(false, error_of(ac, "connection closed"));
+    return;
+  }
+  if (!self->role_read_) return;  // ROLE's answer decided already
+  if (reply->type == REDIS_REPLY_STRING) {
+    const std::string_view info(reply->str, reply->len);
+    RoleFacts& f = self->role_facts_;
+    f.replid = info_field(info, "master_replid");
+    f.replid2 = info_field(info, "master_replid2");
+    if (!f.primary && info_field(info, "master_link_status") == "up") {
+      const std::string io = info_field(info, "master_last_io_seconds_ago");
+      if (!io.empty()) f.lag_seconds = std::max(0.0, std::strtod(io.c_str(), nullptr));
+    }
+  }
+  self->finish(self->role_ok_, std::move(self->role_reason_));
 }
 
 }  // namespace sluice::health

@@ -1,4 +1,5 @@
-// type = "redis": AUTH (when password_file is set), then ROLE, with
+// type = "redis": AUTH (when password_file is set), then ROLE and INFO
+// replication (for the replication ids and a replica's lag), with
 // hiredis's asynchronous API on the control loop. The libuv glue is ours,
 // not hiredis 0.14's adapters/libuv.h: that one drops libuv's error status
 // (a refused connect arrives as POLLERR, which libuv reports as UV_EBADF),
@@ -37,10 +38,15 @@ class RedisProbe final : public Probe {
   static void on_disconnect(const redisAsyncContext* ac, int status);
   static void on_auth(redisAsyncContext* ac, void* reply, void* privdata);
   static void on_role(redisAsyncContext* ac, void* reply, void* privdata);
+  static void on_info(redisAsyncContext* ac, void* reply, void* privdata);
   // The probe a hiredis callback belongs to, or null when its check is over.
   static RedisProbe* live(const redisAsyncContext* ac);
 
   redisAsyncContext* ac_ = nullptr;  // null when no connection is open
+  // ROLE's verdict, given once INFO replication has answered too.
+  bool role_read_ = false;
+  bool role_ok_ = false;
+  std::string role_reason_;
 };
 
 }  // namespace sluice::health

@@ -87,6 +87,7 @@ void Target::start() {
     } else {
       state_->set_active(ActiveState::down, "waiting for the first check");
       waiting_first_ = true;
+      state_->set_first_pending(true);
     }
   }
   // A server held down until its first answer is checked at once: jitter
@@ -120,25 +121,55 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
     schedule(next_delay(config_.interval, config_.jitter, owner_.uniform()));
     return;
   }
+  const bool took_sessions = state_->takes_sessions(Clock::now());
   const bool ok = verdict == Probe::Verdict::pass;
   const bool first = std::exchange(waiting_first_, false);
+  if (first) state_->set_first_pending(false);
   const bool passed_before = std::exchange(last_passed_, ok);
   const auto took = [this] { return std::chrono::duration_cast<Duration>(Clock::now() - check_started_); };
+  // The last answer's facts stay when a check does not answer: a timeout
+  // is not a demotion (see says_primary).
+  answered_ = probe_->facts().answered;
+  if (answered_) facts_ = probe_->facts();
+  state_->set_role(answered_ ? facts_.role : std::string(), answered_ ? facts_.lag_seconds : std::nullopt);
+  // The server answered, with another role than the one wanted: standby,
+  // not down. Lag and replication failures are not such an answer.
+  const bool other_role = !ok && wrong_role(reason);
+  // One writer: a server that says it is the primary is weighed against
+  // the pool's other primary before anything lets it serve.
+  const bool won = owner_.arbitrate(*this);
   if (ok != counter_.up() && counter_.streak() == 0) streak_started_ = check_started_;
-  if (first && ok) {
+  standby_failures_ = ok || other_role ? 0 : standby_failures_ + 1;
+  if (ok && (first || won) && !counter_.up()) {
     // Down only because nothing was known yet: the first answer decides
     // (HAProxy's init-state "down"), so a primary serves as soon as it has
-    // said so, not `rise` intervals later.
+    // said so, not `rise` intervals later. A primary that took over from
+    // the one serving (one writer) serves at once too: the other is fenced.
     counter_.reset(true);
     state_->set_active(ActiveState::up, reason, took());
-  } else if (!ok && passed_before && counter_.up() && wrong_role(reason)) {
+  } else if (other_role && counter_.up()) {
     // A node that passed with the wanted role now reports another one: it
     // was demoted (or promoted). No hysteresis: the answer is the server's
     // own word, not a lost packet, and every session sent there meanwhile
     // would write to the wrong node.
     counter_.reset(false);
-    state_->set_active(ActiveState::down, "role changed: " + reason, took());
-    owner_.reported_down(*this, true);
+    state_->set_active(ActiveState::standby, (passed_before ? "role changed: " : "") + reason, took());
+    owner_.reported_down(*this, passed_before);
+  } else if (other_role && state_->active_state() != ActiveState::standby) {
+    // Not up, and answering: a standby (at its first check, or back from
+    // being down), whatever `fall` says about failures.
+    state_->set_active(ActiveState::standby, reason, took());
+  } else if (!ok && !counter_.up() && state_->active_state() == ActiveState::standby) {
+    // A standby that stops answering is down after `fall` failures.
+    if (standby_failures_ >= config_.fall) {
+      state_->set_active(ActiveState::down, reason,
+                         std::chrono::duration_cast<Duration>(Clock::now() - streak_started_));
+    } else {
+      if (standby_failures_ == 1) streak_started_ = check_started_;
+      state_->note_check(fmt::format("{} ({} of {} failures to mark it down)", reason, standby_failures_,
+                                     config_.fall),
+                         true);
+    }
   } else if (const auto changed = counter_.record(ok)) {
     const auto detect = std::chrono::duration_cast<Duration>(Clock::now() - streak_started_);
     state_->set_active(*changed ? ActiveState::up : ActiveState::down, reason, detect);
@@ -147,8 +178,7 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
     // Agrees with the state: the status shows this check's result (no log,
     // no transition), so a server that is up says why it is up now.
     state_->note_check(reason, !ok);
-    // A server that started down says once why it stays down, at info: with
-    // role checks a standby failing a primary check is the normal case.
+    // A server that started down says once why it stays down, at info.
     if (first && !ok) {
       spdlog::info("upstream \"{}\" server {} stays down (active check): {}", state_->upstream,
                    state_->address.text, reason);
@@ -159,6 +189,7 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
                                    ok ? "passes" : "failures", ok ? "up" : "down"),
                        !ok);
   }
+  if (!took_sessions && state_->takes_sessions(Clock::now())) owner_.serves_again(state_);
   // The interval runs from the end of this check to the start of the next.
   schedule(next_delay(config_.interval, config_.jitter, owner_.uniform()));
 }

@@ -41,6 +41,14 @@ class Target {
   const Endpoint& address() const { return address_; }
   // Started down and no check has answered yet.
   bool waiting_first() const { return waiting_first_; }
+  // What the last check read of the server's role and history.
+  const RoleFacts& facts() const { return facts_; }
+  // It says it is the primary: its last answer said so, and it has not
+  // been marked down since (a check that does not answer changes nothing
+  // until `fall` of them take it down).
+  bool says_primary() const {
+    return facts_.answered && facts_.primary && (answered_ || state_->active_state() != ActiveState::down);
+  }
 
  private:
   using Timer = Handle<uv_timer_t, Target>;
@@ -62,6 +70,9 @@ class Target {
   TimePoint streak_started_{};  // start of the first check that disagreed with the state
   bool waiting_first_ = false;   // started down (initial = "down") and no result yet
   bool last_passed_ = false;     // the last result (not a local error) was a pass
+  std::uint32_t standby_failures_ = 0;  // failures in a row that were not a role answer
+  RoleFacts facts_;       // the last answer's
+  bool answered_ = false;  // the last check answered
   int parts_open_ = 0;
   std::function<void()> closed_;
 };

@@ -203,6 +203,14 @@ long Connector::enter_queue(WaitQueue& q, TimePoint now, bool panic) {
 
 long Connector::leave_queue(bool timed_out) {
   const long idx = waiting_in_->leave(*ticket_, Clock::now(), timed_out);
+  if (idx >= 0 && ticket_->pool) {
+    // Picked in the newest configuration's pool: the session uses that
+    // pool (and keeps its configuration alive) from now on.
+    pool_ = std::move(ticket_->pool);
+    upstream_ = pool_.get();
+    origin_ = upstream_;
+    tried_.clear();
+  }
   waiting_in_ = nullptr;
   ticket_->owner = nullptr;
   ticket_.reset();

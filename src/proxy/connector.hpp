@@ -102,6 +102,7 @@ class Connector final : public Deferred {
   TriedSet tried_;
   WaitQueue* waiting_in_ = nullptr;  // the queue this session waits in; null when not waiting
   std::shared_ptr<Ticket> ticket_;   // its place there (made only for a queue)
+  std::shared_ptr<Upstream> pool_;   // a newer configuration's pool the queue handed this session to
   std::uint64_t first_attempt_ms_ = 0;
   std::uint64_t deadline_ms_ = 0;
   std::uint64_t attempt_start_ns_ = 0;

@@ -66,6 +66,12 @@ const FallbackLink* Snapshot::fallback_of(const Upstream* from) const {
   return it == fallbacks.end() ? nullptr : &it->second;
 }
 
+void Snapshot::make_current(const std::shared_ptr<const Snapshot>& snap) {
+  for (const auto& [name, up] : snap->upstreams) {
+    if (WaitQueue* q = up->queue()) q->set_current(std::shared_ptr<Upstream>(snap, up.get()));
+  }
+}
+
 Upstream* Snapshot::find_upstream(const std::string& name) const {
   auto it = upstreams.find(name);
   return it == upstreams.end() ? nullptr : it->second.get();

@@ -60,6 +60,11 @@ class Snapshot {
   const FallbackLink* fallback_of(const Upstream* from) const;
 
   Upstream* find_upstream(const std::string& name) const;
+
+  // `snap` is the configuration the workers use from now on: each wait
+  // queue serves from its pools the waiters whose own pool has no server
+  // left for them.
+  static void make_current(const std::shared_ptr<const Snapshot>& snap);
   // Index into `listeners`, or -1.
   long find_listener(const std::string& name) const;
 

@@ -20,8 +20,19 @@ std::string_view to_string(ActiveState s) {
     case ActiveState::unchecked: return "unchecked";
     case ActiveState::up: return "up";
     case ActiveState::down: return "down";
+    case ActiveState::standby: return "standby";
   }
   return "unchecked";
+}
+
+std::string_view to_string(FenceKind k) {
+  switch (k) {
+    case FenceKind::none: return "none";
+    case FenceKind::lost: return "lost";
+    case FenceKind::waiting: return "waiting";
+    case FenceKind::failover: return "failover";
+  }
+  return "none";
 }
 
 std::string_view to_string(CheckResult r) {
@@ -53,7 +64,9 @@ void ServerState::observe_connect(double seconds) {
 
 bool ServerState::eligible(TimePoint now) const {
   if (admin_.load(std::memory_order_acquire) != AdminState::enabled) return false;
-  if (active_state_.load(std::memory_order_acquire) == ActiveState::down) return false;
+  const ActiveState a = active_state_.load(std::memory_order_acquire);
+  if (a == ActiveState::down || a == ActiveState::standby) return false;
+  if (fence_.load(std::memory_order_acquire) != FenceKind::none) return false;
   if (clean_.load(std::memory_order_acquire)) return true;
   std::lock_guard lock(mu_);
   return health_.eligible(now);
@@ -177,10 +190,14 @@ void ServerState::set_active(ActiveState s, std::string_view reason, Duration de
   if (before == s) return;
   notify();
   if (s == ActiveState::up) {
-    if (before == ActiveState::down) {
+    if (before == ActiveState::down || before == ActiveState::standby) {
       spdlog::info("upstream \"{}\" server {} is up (active check): {} (detected in {})", upstream, address.text,
                    reason, format_duration(detect));
     }
+  } else if (s == ActiveState::standby) {
+    // It answers, with another role: what a replica in a primary pool
+    // does all day. Not a failure, so not a warning.
+    spdlog::info("upstream \"{}\" server {} is standby (active check): {}", upstream, address.text, reason);
   } else if (s == ActiveState::down && before == ActiveState::unchecked) {
     // Where a server with initial = "down" starts: nothing has failed, and a
     // warning at every start would teach operators to ignore warnings.
@@ -189,6 +206,60 @@ void ServerState::set_active(ActiveState s, std::string_view reason, Duration de
     spdlog::warn("upstream \"{}\" server {} marked down (active check): {} (detected in {})", upstream,
                  address.text, reason, format_duration(detect));
   }
+}
+
+void ServerState::set_role(std::string role, std::optional<double> lag_seconds) {
+  std::lock_guard lock(mu_);
+  role_ = std::move(role);
+  lag_seconds_ = lag_seconds;
+}
+
+std::string ServerState::role() const {
+  std::lock_guard lock(mu_);
+  return role_;
+}
+
+std::optional<double> ServerState::lag_seconds() const {
+  std::lock_guard lock(mu_);
+  return lag_seconds_;
+}
+
+void ServerState::set_first_pending(bool pending) {
+  if (first_pending_.exchange(pending, std::memory_order_acq_rel) != pending) notify();
+}
+
+void ServerState::fence(FenceKind kind, std::string by, std::string reason) {
+  if (kind == FenceKind::none) return;
+  const FenceKind before = fence_.exchange(kind, std::memory_order_acq_rel);
+  {
+    std::lock_guard lock(mu_);
+    if (before == FenceKind::none) fence_since_ms_ = wall_ms();
+    fenced_by_ = std::move(by);
+    fence_reason_ = std::move(reason);
+  }
+  if (before != FenceKind::none) return;
+  notify();
+  std::lock_guard lock(mu_);
+  spdlog::warn("upstream \"{}\" server {} fenced: {}{}; no new session goes there, its {} live session(s) are closed",
+               upstream, address.text, fence_reason_, fenced_by_.empty() ? "" : " (" + fenced_by_ + " serves)",
+               active.load(std::memory_order_relaxed));
+}
+
+void ServerState::unfence(std::string_view why) {
+  if (fence_.exchange(FenceKind::none, std::memory_order_acq_rel) == FenceKind::none) return;
+  {
+    std::lock_guard lock(mu_);
+    fenced_by_.clear();
+    fence_reason_.clear();
+    fence_since_ms_ = wall_ms();
+  }
+  notify();
+  spdlog::info("upstream \"{}\" server {} no longer fenced: {}", upstream, address.text, why);
+}
+
+std::string ServerState::fenced_by() const {
+  std::lock_guard lock(mu_);
+  return fenced_by_;
 }
 
 void ServerState::note_check(std::string_view reason, bool failed) {
@@ -242,8 +313,15 @@ ServerState::Status ServerState::status(TimePoint now) const {
   st.passive_fails = health_.fails();
   st.active_reason = active_reason_;
   st.active_since_ms = active_since_ms_;
+  st.role = role_;
+  st.lag_seconds = lag_seconds_;
   const AdminState admin = admin_.load(std::memory_order_acquire);
   const ActiveState checked = active_state_.load(std::memory_order_acquire);
+  const bool fenced = fence_.load(std::memory_order_acquire) != FenceKind::none;
+  if (fenced) {
+    st.fenced_by = fenced_by_;
+    st.fence_reason = fence_reason_;
+  }
   if (admin == AdminState::disabled) {
     st.state = "disabled";
     st.reason = "disabled through the admin API";
@@ -252,6 +330,10 @@ ServerState::Status ServerState::status(TimePoint now) const {
     st.state = "drained";
     st.reason = "draining through the admin API";
     st.since_ms = admin_since_ms_;
+  } else if (fenced) {
+    st.state = "fenced";
+    st.reason = fence_reason_;
+    st.since_ms = fence_since_ms_;
   } else if (checked == ActiveState::down) {
     st.state = "down";
     st.reason = "active check: " + active_reason_;
@@ -260,11 +342,15 @@ ServerState::Status ServerState::status(TimePoint now) const {
     st.state = "down";
     st.reason = "passive: " + passive_reason_;
     st.since_ms = passive_since_ms_;
+  } else if (checked == ActiveState::standby) {
+    st.state = "standby";
+    st.reason = "active check: " + active_reason_;
+    st.since_ms = active_since_ms_;
   } else {
     st.state = "up";
     st.reason = checked == ActiveState::up ? "active check: " + active_reason_
                                           : (passive_reason_.empty() ? std::string("no failures") : passive_reason_);
-    st.since_ms = std::max({passive_since_ms_, active_since_ms_, admin_since_ms_});
+    st.since_ms = std::max({passive_since_ms_, active_since_ms_, admin_since_ms_, fence_since_ms_});
   }
   return st;
 }

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,10 +41,23 @@ enum class AdminState : std::uint8_t {
 };
 
 // What active checks say. `unchecked`: the upstream has no [health] table.
-enum class ActiveState : std::uint8_t { unchecked, up, down };
+// `standby`: the server answers its check, with another role than the one
+// wanted (a replica in a primary pool): it takes no session, and it is not
+// down either (no downtime, no warning).
+enum class ActiveState : std::uint8_t { unchecked, up, down, standby };
+
+// Why a server that says it is the primary takes no session: at most one
+// server of a primary pool may (docs/health.md, "One writer").
+enum class FenceKind : std::uint8_t {
+  none,
+  lost,      // another primary took over from it: until it stops saying it is the primary
+  waiting,   // its rival serves, or neither does: until it or its rival stops saying so
+  failover,  // a sentinel announced a failover away from it: until it is confirmed or refuted
+};
 
 std::string_view to_string(AdminState s);
 std::string_view to_string(ActiveState s);
+std::string_view to_string(FenceKind k);
 
 // Connect-latency histogram buckets (upper bounds, seconds), Prometheus style.
 inline constexpr std::array<double, 12> kConnectBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -136,6 +150,30 @@ class ServerState {
   // the initial guess (see set_active).
   void note_check(std::string_view reason, bool failed);
   ActiveState active_state() const { return active_state_.load(std::memory_order_acquire); }
+  // The role the last check saw ("" when it did not answer, or has no
+  // role) and, for a replica, how far behind it is.
+  void set_role(std::string role, std::optional<double> lag_seconds);
+  std::string role() const;
+  std::optional<double> lag_seconds() const;
+  // A server that starts down waits for its first check's answer: clients
+  // may wait for it (an upstream's queue holds them) rather than be refused.
+  void set_first_pending(bool pending);
+
+  // ---- one writer (written by the control loop) ----
+  // Fences the server: no new session goes there (the caller closes its
+  // live ones). `by` is the server that serves instead ("" when none),
+  // `reason` why. Logs a warning when the fence is new.
+  void fence(FenceKind kind, std::string by, std::string reason);
+  // Lifts the fence, saying why (info).
+  void unfence(std::string_view why);
+  FenceKind fence_kind() const { return fence_.load(std::memory_order_acquire); }
+  bool fenced() const { return fence_kind() != FenceKind::none; }
+  std::string fenced_by() const;
+  // Clients may wait for this server: a failover away from it is under
+  // way, or its first check is still to answer.
+  bool awaited() const {
+    return fence_kind() == FenceKind::failover || first_pending_.load(std::memory_order_acquire);
+  }
   // When health last brought the server back up after it was down (for slow
   // start); the epoch when never.
   TimePoint up_since() const;
@@ -153,14 +191,20 @@ class ServerState {
 
   // ---- for status ----
   struct Status {
-    std::string state;   // up | down | drained | disabled
+    std::string state;   // up | standby | down | fenced | drained | disabled
     std::string reason;
     std::int64_t since_ms = 0;  // wall clock, 0 = since start
     std::string passive; // up | down | trial
     std::uint32_t passive_fails = 0;
     std::string active_reason;
     std::int64_t active_since_ms = 0;
+    std::string role;                   // what the last check saw; "" unknown
+    std::optional<double> lag_seconds;  // a replica's lag, when known
+    std::string fenced_by;              // while fenced: the server that serves instead
+    std::string fence_reason;           // while fenced: why
   };
+  // Takes new sessions now: what sluice_server_up says.
+  bool takes_sessions(TimePoint now) const { return eligible(now); }
   Status status(TimePoint now) const;
   bool passive_up() const;
 
@@ -202,6 +246,13 @@ class ServerState {
   // eligible() need not lock on the common path.
   std::atomic<bool> clean_{true};
   std::atomic<ActiveState> active_state_{ActiveState::unchecked};
+  std::atomic<FenceKind> fence_{FenceKind::none};
+  std::atomic<bool> first_pending_{false};
+  std::string role_;                     // under mu_
+  std::optional<double> lag_seconds_;    // under mu_
+  std::string fenced_by_;                // under mu_
+  std::string fence_reason_;             // under mu_
+  std::int64_t fence_since_ms_ = 0;      // under mu_
   std::atomic<AdminState> admin_{AdminState::enabled};
   std::atomic<std::uint32_t> weight_override_{0};
   std::atomic<std::uint32_t> weight_override_base_{0};

@@ -99,7 +99,10 @@ void Upstream::read(std::size_t i, TimePoint now) {
   const bool was_up = v.up;
   const TimePoint from = s.passive_eligible_from();
   v.enabled = s.admin() == AdminState::enabled;
-  v.usable = v.enabled && s.active_state() != ActiveState::down;
+  const ActiveState checked = s.active_state();
+  v.fenced = s.fenced();
+  v.usable = v.enabled && checked != ActiveState::down && checked != ActiveState::standby && !v.fenced;
+  v.awaited = v.enabled && s.awaited();
   v.up = v.usable && now >= from;
   up_count_ = up_count_ + (v.up ? 1 : 0) - (was_up ? 1 : 0);
   v.recheck_at = now < from ? from : TimePoint::max();
@@ -181,7 +184,7 @@ std::size_t Upstream::scan(bool ignore_health, const TriedSet& tried, std::strin
       const View& v = views_[i];
       Candidate& c = candidates_[i];
       describe(i, c);
-      c.eligible = (ignore_health ? v.enabled : v.up) && has_room(v) && tier_of(i) == tier && !tried.contains(i);
+      c.eligible = (ignore_health ? v.enabled && !v.fenced : v.up) && has_room(v) && tier_of(i) == tier && !tried.contains(i);
       any = any || c.eligible;
     }
     if (!any) continue;
@@ -234,7 +237,7 @@ long Upstream::pick(const TriedSet& tried, std::string_view key, TimePoint now, 
     if (full != nullptr) {
       *full = false;
       for (std::size_t i = 0; i < views_.size() && !*full; ++i) {
-        *full = views_[i].up && !has_room(views_[i]) && !tried.contains(i);
+        *full = ((views_[i].up && !has_room(views_[i])) || views_[i].awaited) && !tried.contains(i);
       }
     }
     return -1;

@@ -61,7 +61,9 @@ class Upstream final : public ServerWatcher {
   // (Clock is steady). `panic` false: no fail_open now (a fallback upstream
   // is asked first). Thread-safe.
   // `full`, when given, is set on failure: true when some server not in
-  // `tried` is up but at its max_conns (a slot may free: worth waiting for).
+  // `tried` is up but at its max_conns (a slot may free: worth waiting for),
+  // or is awaited (ServerState::awaited: a failover is under way, or its
+  // first check is to come).
   long pick(const TriedSet& tried, std::string_view key, TimePoint now, bool panic = true, bool* full = nullptr);
 
   // Undo of pick's accounting when the session leaves that server (under the
@@ -101,7 +103,9 @@ class Upstream final : public ServerWatcher {
     bool backup = false;
     bool enabled = false;  // admin state "enabled"
     bool up = false;       // enabled, not down by active checks, let in by passive health
-    bool usable = false;   // enabled and not down by active checks (passive health aside)
+    bool usable = false;   // enabled, not down or standby by active checks, not fenced (passive health aside)
+    bool fenced = false;   // never used, not even by fail_open
+    bool awaited = false;  // a failover away from it, or its first check, may soon make one usable
     bool timed = false;    // in timed_
     bool ramping = false;  // in ramping_
     TimePoint recheck_at = TimePoint::max();  // passive health lets it in from then

@@ -56,6 +56,11 @@ long WaitQueue::leave(QueueTicket& t, TimePoint now, bool timed_out) {
   return index;
 }
 
+void WaitQueue::set_current(std::weak_ptr<Upstream> pool) {
+  std::lock_guard lock(mu_);
+  current_ = std::move(pool);
+}
+
 void WaitQueue::serve(TimePoint now) {
   std::lock_guard lock(mu_);
   serve_locked(now);
@@ -67,9 +72,16 @@ void WaitQueue::serve_locked(TimePoint now) {
   // servers it already tried).
   while (!waiting_.empty()) {
     QueueTicket& head = *waiting_.front();
-    const long index = head.upstream->pick(*head.tried, head.key, now, head.panic);
-    if (index < 0) return;
+    long index = head.upstream->pick(*head.tried, head.key, now, head.panic);
+    std::shared_ptr<Upstream> pool;
+    if (index < 0) {
+      pool = current_.lock();
+      if (!pool || pool.get() == head.upstream) return;
+      index = pool->pick(TriedSet{}, head.key, now, head.panic);
+      if (index < 0) return;
+    }
     std::shared_ptr<QueueTicket> t = std::move(waiting_.front());
+    t->pool = std::move(pool);
     waiting_.pop_front();
     length_.store(waiting_.size(), std::memory_order_relaxed);
     t->waiting_ = false;

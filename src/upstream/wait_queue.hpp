@@ -58,6 +58,12 @@ class QueueTicket {
   // news to the waiter's own thread. `self` keeps the ticket alive for that.
   virtual void granted(const std::shared_ptr<QueueTicket>& self) = 0;
 
+  // Set with the grant when the server was picked in the newest
+  // configuration's pool rather than the waiter's own (whose servers were
+  // all fenced or replaced meanwhile); `index` is then that pool's. Keeps
+  // its configuration alive while the session uses it.
+  std::shared_ptr<Upstream> pool;
+
  private:
   friend class WaitQueue;
   TimePoint since_{};  // when it started waiting
@@ -90,6 +96,12 @@ class WaitQueue {
   // loop's tick (a server that comes back up frees no slot). Thread-safe.
   void serve(TimePoint now);
 
+  // The pool of this name in the configuration the workers use now (an
+  // alias of its Snapshot, held weakly): a waiter whose own pool has no
+  // server for it (a sentinel failover replaced the master, a reload the
+  // servers) is served from there. Set by the control loop.
+  void set_current(std::weak_ptr<Upstream> pool);
+
   // For /status and /metrics.
   std::size_t length() const { return length_.load(std::memory_order_relaxed); }
   std::uint64_t queued_total() const { return queued_total_.load(std::memory_order_relaxed); }
@@ -105,6 +117,7 @@ class WaitQueue {
   void ended_locked(QueueTicket& t, TimePoint now);
 
   mutable std::mutex mu_;
+  std::weak_ptr<Upstream> current_;  // under mu_
   std::deque<std::shared_ptr<QueueTicket>> waiting_;  // under mu_, oldest first
   std::atomic<std::size_t> length_{0};                // waiting_.size(), for readers without the lock
   std::atomic<std::uint64_t> queued_total_{0};

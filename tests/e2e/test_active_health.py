@@ -61,6 +61,10 @@ def down_rx(addr: str, reason: str = r".*") -> str:
             rf"(?P<reason>{reason}) \(detected in (?P<detect>\S+)\)$")
 
 
+def standby_rx(addr: str, reason: str = r".*") -> str:
+    return rf'upstream "up" server {re.escape(addr)} is standby \(active check\): (?P<reason>{reason})$'
+
+
 def up_rx(addr: str, reason: str = r".*") -> str:
     return (rf'upstream "up" server {re.escape(addr)} is up \(active check\): '
             rf"(?P<reason>{reason}) \(detected in (?P<detect>\S+)\)$")
@@ -376,8 +380,8 @@ def test_redis_role_check_follows_a_failover(sluice, redis_pair):  # noqa: F811
     health = {"type": "redis", "role": "master", "interval": "200ms", "timeout": "500ms", "rise": 1, "fall": 1}
     s = sluice([listener()], {"up": upstream(master.address, replica.address, health=health)},
                )
-    # A role check starts down: the replica stays down after its first check.
-    harness.wait_until(lambda: s.log.matches(rf"server {re.escape(replica.address)} stays down"), timeout=5)
+    # A role check starts down: the replica is standby after its first check.
+    harness.wait_until(lambda: s.log.matches(rf"server {re.escape(replica.address)} is standby"), timeout=5)
     for i in range(5):
         with dbpeers.RespConn(*s.addr()) as c:
             assert c.call("SET", f"k{i}", "v") == "OK"  # a replica would refuse writes
@@ -423,7 +427,7 @@ def test_redis_failover_closes_sessions_held_on_the_old_master(sluice, redis_pai
         closed_after = time.monotonic() - t0
     finally:
         held.close()
-    down_after, _ = timed_wait(s, down_rx(master.address, "role changed: role is replica, want master"), t0, start)
+    down_after, _ = timed_wait(s, standby_rx(master.address, "role changed: role is replica, want master"), t0, start)
     up_after, _ = timed_wait(s, up_rx(replica.address, "role is master"), t0, start)
     assert closed_after <= fast_down_bound(REDIS) + SLACK, f"held session closed after {closed_after:.3f}s"
     assert down_after <= fast_down_bound(REDIS) + SLACK, f"old master marked down after {down_after:.3f}s"
@@ -445,7 +449,7 @@ def test_postgres_role_check_routes_to_the_primary_and_follows_a_failover(sluice
               "password_file": str(pw), "sslmode": "disable", "interval": "300ms", "timeout": "2s",
               "rise": 1, "fall": 1, "jitter": "0%"}
     s = sluice([listener()], {"up": upstream(primary.address, standby.address, health=health)})
-    s.log.wait_for(rf"server {re.escape(standby.address)} stays down \(active check\): .*standby", timeout=10)
+    s.log.wait_for(rf"server {re.escape(standby.address)} is standby \(active check\): .*standby", timeout=10)
     for _ in range(4):
         r = dbpeers.psql(s.port(), "select pg_is_in_recovery(), current_setting('port')")
         assert r.stdout.strip() == f"f|{primary.port}"

@@ -86,7 +86,7 @@ def test_writes_reach_only_the_primary_and_follow_a_switchover(admin_sluice, pri
     r.sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0")
     s.log.wait_for(rf"server {re.escape(r.address)} is up \(active check\): role is primary", start=start,
                    timeout=20)
-    s.log.wait_for(rf"server {re.escape(p.address)} marked down \(active check\): role changed: role is replica",
+    s.log.wait_for(rf"server {re.escape(p.address)} is standby \(active check\): role changed: role is replica",
                    start=start, timeout=20)
     for i in range(4):
         assert server_id_through(s, p, "rw") == "2"

@@ -61,7 +61,7 @@ def test_a_demoted_primary_loses_its_sessions_even_with_on_down_keep(sluice, red
         assert c.call("REPLICAOF", "NO", "ONE") == "OK"
     with dbpeers.RespConn("127.0.0.1", master.port) as c:
         assert c.call("REPLICAOF", "127.0.0.1", str(replica.port)) == "OK"
-    s.log.wait_for(rf"server {master.address} marked down \(active check\): role changed: "
+    s.log.wait_for(rf"server {master.address} is standby \(active check\): role changed: "
                    r"role is replica, want master")
     assert harness.wait_closed(held.sock) in ("eof", "reset")
     held.close()
@@ -80,7 +80,7 @@ def test_on_role_change_keep_leaves_the_sessions(sluice, redis_pair):
     assert held.call("ROLE")[0] == b"master"
     with dbpeers.RespConn("127.0.0.1", master.port) as c:
         assert c.call("REPLICAOF", "127.0.0.1", str(replica.port)) == "OK"
-    s.log.wait_for(rf"server {master.address} marked down \(active check\): role changed")
+    s.log.wait_for(rf"server {master.address} is standby \(active check\): role changed")
     # Nothing closed it: the session still answers, and still does after a
     # new client was refused (no node is the master now).
     assert held.call("PING") == "PONG"
@@ -143,5 +143,5 @@ def test_a_server_added_by_a_reload_takes_no_session_before_its_check(sluice, re
     # The replica was added down and is checked at once; round_robin would
     # send every other session there were it up.
     assert [role_through(port) for _ in range(8)] == [b"master"] * 8
-    s.log.wait_for(rf"server {replica.address} stays down \(active check\): role is replica, want master")
+    s.log.wait_for(rf"server {replica.address} is standby \(active check\): role is replica, want master")
     assert [role_through(port) for _ in range(4)] == [b"master"] * 4

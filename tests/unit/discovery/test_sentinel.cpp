@@ -89,3 +89,38 @@ TEST_CASE("+switch-master: the new address, for our master only") {
   CHECK(switched_to("mymaster 127.0.0.1 6379 127.0.0.1 6380 extra", "mymaster").empty());
   CHECK(switched_to("mymaster 127.0.0.1 6379 host 6380", "mymaster").empty());
 }
+
+TEST_CASE("failover signs: the master left and the candidate, for our master only") {
+  auto s = failover_sign("+failover-state-send-slaveof-noone",
+                         "slave 127.0.0.1:6380 127.0.0.1 6380 @ mymaster 127.0.0.1 6379", "mymaster");
+  REQUIRE(s);
+  CHECK(s->from == "127.0.0.1:6379");
+  CHECK(s->to == "127.0.0.1:6380");
+  s = failover_sign("+promoted-slave", "slave [::1]:6380 ::1 6380 @ mymaster ::1 6379", "mymaster");
+  REQUIRE(s);
+  CHECK(s->from == "[::1]:6379");
+  CHECK(s->to == "[::1]:6380");
+  s = failover_sign("+switch-master", "mymaster 127.0.0.1 6379 127.0.0.1 6380", "mymaster");
+  REQUIRE(s);
+  CHECK(s->from == "127.0.0.1:6379");
+  CHECK(s->to == "127.0.0.1:6380");
+  CHECK_FALSE(failover_sign("+promoted-slave", "slave 127.0.0.1:6380 127.0.0.1 6380 @ other 127.0.0.1 6379",
+                            "mymaster"));
+  CHECK_FALSE(failover_sign("+promoted-slave", "master mymaster 127.0.0.1 6379", "mymaster"));
+  CHECK_FALSE(failover_sign("+promoted-slave", "slave 127.0.0.1:6380 127.0.0.1 6380 mymaster 127.0.0.1 6379",
+                            "mymaster"));
+  CHECK_FALSE(failover_sign("+promoted-slave", "slave x host 6380 @ mymaster 127.0.0.1 6379", "mymaster"));
+  CHECK_FALSE(failover_sign("+sdown", "master mymaster 127.0.0.1 6379", "mymaster"));
+  CHECK_FALSE(failover_sign("+switch-master", "mymaster 127.0.0.1 6379 127.0.0.1 6380 extra", "mymaster"));
+}
+
+TEST_CASE("a master needs more than half of the listed sentinels") {
+  CHECK(majority({"a", "a", "b"}) == "a");
+  CHECK(majority({"a", "", ""}).empty());
+  CHECK(majority({"a", "b", ""}).empty());
+  CHECK(majority({"a"}) == "a");
+  CHECK(majority({"a", "b"}).empty());
+  CHECK(majority({"", "b", "b", "b"}) == "b");
+  CHECK(majority({"a", "a", "b", "b"}).empty());
+  CHECK(majority({}).empty());
+}

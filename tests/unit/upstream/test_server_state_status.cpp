@@ -71,3 +71,50 @@ TEST_CASE("raise_peak only ever raises") {
   raise_peak(peak, 9u);
   CHECK(peak == 9);
 }
+
+TEST_CASE("standby: answers with another role; not eligible, not downtime") {
+  ServerState s("pg", endpoint(), 0, 10s);
+  const TimePoint t0 = Clock::now();
+  s.set_active(ActiveState::standby, "role is standby, want primary");
+  s.set_role("standby", 0.0);
+  CHECK_FALSE(s.eligible(t0));
+  CHECK_FALSE(s.takes_sessions(t0));
+  const ServerState::Status st = s.status(t0);
+  CHECK(st.state == "standby");
+  CHECK(st.role == "standby");
+  REQUIRE(st.lag_seconds);
+  CHECK(*st.lag_seconds == 0.0);
+  CHECK(s.down_count() == 0);
+  CHECK(s.downtime(t0 + 5s) == 0ms);
+  s.set_active(ActiveState::down, "connect refused");
+  CHECK(s.status(t0).state == "down");
+  CHECK(s.down_count() == 1);
+}
+
+TEST_CASE("fenced: no session until the fence is lifted; the status names who serves and why") {
+  ServerState s("pg", endpoint(), 0, 10s);
+  const TimePoint t0 = Clock::now();
+  s.set_active(ActiveState::up, "role is primary");
+  CHECK(s.eligible(t0));
+  s.fence(FenceKind::lost, "127.0.0.1:5002", "127.0.0.1:5002 also says it is the primary; timeline 2 > timeline 1");
+  CHECK(s.fenced());
+  CHECK_FALSE(s.eligible(t0));
+  CHECK_FALSE(s.awaited());
+  ServerState::Status st = s.status(t0);
+  CHECK(st.state == "fenced");
+  CHECK(st.fenced_by == "127.0.0.1:5002");
+  CHECK(st.fence_reason.find("timeline 2 > timeline 1") != std::string::npos);
+  CHECK(s.downtime(t0 + 5s) == 0ms);
+  s.unfence("it no longer says it is the primary");
+  CHECK(s.eligible(t0));
+  st = s.status(t0);
+  CHECK(st.state == "up");
+  CHECK(st.fenced_by.empty());
+  // A failover under way: clients may wait for what comes next.
+  s.fence(FenceKind::failover, "127.0.0.1:5002", "a failover began");
+  CHECK(s.awaited());
+  s.unfence("it did not happen");
+  CHECK_FALSE(s.awaited());
+  s.set_first_pending(true);
+  CHECK(s.awaited());
+}

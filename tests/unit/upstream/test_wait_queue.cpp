@@ -200,3 +200,41 @@ TEST_CASE("wait queue: least_conn chooses when the slot is handed over") {
   CHECK(p.queue->leave(*w, Clock::now(), false) == 1);  // the server with room, picked then
   CHECK(p.up->server(1).active == 2);
 }
+
+TEST_CASE("a fenced server in a failover makes newcomers wait; the newest pool serves them") {
+  Pool old_pool({0}, 4);
+  old_pool.up->server(0).set_active(ActiveState::up, "role is master");
+  old_pool.up->server(0).fence(FenceKind::failover, "10.0.0.9:5432", "a failover began");
+  auto a = old_pool.waiter("a");
+  long index = -1;
+  // No server is eligible, but one is awaited: wait rather than be refused.
+  CHECK(old_pool.enter(a, index) == WaitQueue::Outcome::waiting);
+  old_pool.queue->serve(Clock::now());
+  CHECK(a->grants == 0);
+  // The new configuration's pool (the new master), sharing the queue.
+  UpstreamConfig c;
+  c.name = "pg";
+  c.queue = 4;
+  c.servers.push_back(test::server_config("10.0.0.9:5432"));
+  std::shared_ptr<Upstream> fresh = test::make_upstream(c);
+  fresh->set_queue(old_pool.queue);
+  old_pool.queue->set_current(fresh);
+  old_pool.queue->serve(Clock::now());
+  CHECK(a->grants == 1);
+  CHECK(a->pool == fresh);
+  CHECK(fresh->server(0).active.load() == 1);
+  CHECK(old_pool.queue->leave(*a, Clock::now(), false) == 0);
+  fresh->release(0);
+}
+
+TEST_CASE("a server fenced for good, or a standby, is nothing to wait for") {
+  Pool p({0}, 4);
+  p.up->server(0).set_active(ActiveState::up, "role is primary");
+  p.up->server(0).fence(FenceKind::lost, "10.0.0.9:5432", "timeline 2 > timeline 1");
+  auto a = p.waiter("a");
+  long index = -1;
+  CHECK(p.enter(a, index) == WaitQueue::Outcome::none);
+  p.up->server(0).unfence("no longer primary");
+  p.up->server(0).set_active(ActiveState::standby, "role is standby, want primary");
+  CHECK(p.enter(a, index) == WaitQueue::Outcome::none);
+}
