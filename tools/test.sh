@@ -150,6 +150,7 @@ tsan_tests=(
   tests/integration/test_queue.py
   tests/integration/test_upgrade.py
   tests/e2e/test_upgrade_db.py
+  tests/e2e/test_one_writer.py
 )
 
 # Passes when no ThreadSanitizer report was written to $1 (a directory);

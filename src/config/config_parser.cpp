@@ -518,14 +518,21 @@ class Parser {
   // Only servers with max_conns ever fill up: without one the queue would
   // never hold anyone, which is a mistake worth saying.
   void check_queue(const TableReader& r, const UpstreamConfig& u) {
-    if (u.queue > 0) {
+    // A primary pool's clients also wait through a failover (the master
+    // fenced, the next one not yet checked): no max_conns needed there.
+    const bool primary_pool =
+        u.sentinel.has_value() ||
+        (u.health && ((u.health->type == HealthType::postgres && u.health->postgres_role == PostgresRole::primary) ||
+                      (u.health->type == HealthType::redis && u.health->redis_role == RedisRole::master) ||
+                      (u.health->type == HealthType::mysql && u.health->mysql_role == MysqlRole::primary)));
+    if (u.queue > 0 && !primary_pool) {
       const bool any_limit =
           std::any_of(u.servers.begin(), u.servers.end(), [](const ServerConfig& s) { return s.max_conns > 0; }) ||
           std::any_of(u.discovered.begin(), u.discovered.end(),
                       [](const DiscoveredEntry& e) { return e.max_conns > 0; });
       if (!any_limit) {
         r.fail(*r.get("queue"), "queue needs max_conns on the servers: a queue holds clients only while every "
-                                "eligible server is at its max_conns");
+                                "eligible server is at its max_conns (or, in a primary pool, through a failover)");
       }
     }
   }

@@ -512,7 +512,11 @@ void Control::configure_discovery(const std::shared_ptr<const Config>& config) {
 }
 
 void Control::apply_discovered() {
-  if (stopping_ || !snapshot_ || !file_config_) return;
+  // After a binary upgrade's hand-over this process still holds the clients
+  // that wait in a queue for a failover to end: a new master is still
+  // checked and handed to them (the workers, which hand their sessions
+  // over, keep the Snapshot they have).
+  if ((stopping_ && !handed_over_) || !snapshot_ || !file_config_) return;
   std::shared_ptr<const Snapshot> snap;
   try {
     snap = Snapshot::build(with_discovered(file_config_), registry_, generation_);
@@ -526,6 +530,7 @@ void Control::apply_discovered() {
   // can pick it.
   if (health_) health_->update(*snap);
   for (auto& w : workers_) {
+    if (handed_over_) break;
     WorkerCommand c;
     c.kind = WorkerCommand::Kind::update;
     c.snapshot = snap;
@@ -535,7 +540,7 @@ void Control::apply_discovered() {
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
   snapshot_is_current();
-  drain_removed(*before, *snapshot_);
+  if (!handed_over_) drain_removed(*before, *snapshot_);
   close_replaced_masters(*before);
 }
 

@@ -30,6 +30,7 @@
 #include "net/listener.hpp"
 #include "net/worker.hpp"
 #include "proxy/fork_guard.hpp"
+#include "sluice/address.hpp"
 #include "sluice/time.hpp"
 #include "sluice/version.hpp"
 #include "upgrade/channel.hpp"
@@ -486,7 +487,13 @@ void Control::restore_servers() {
         const auto fence = static_cast<FenceKind>(upgrade::number(f[kServerFields]));
         if (fence == FenceKind::lost || fence == FenceKind::waiting || fence == FenceKind::failover) {
           st->fence(fence, f[kServerFields + 1], f[kServerFields + 2] + " (as the previous process had it)");
-          if (fence == FenceKind::failover) expire_failover_fence(st);
+          if (fence == FenceKind::failover) {
+            expire_failover_fence(st);
+            if (sentinels_) {
+              const std::string address = format_sockaddr(reinterpret_cast<const sockaddr*>(&st->address.addr));
+              sentinels_->resume_failover(st->upstream, address, f[kServerFields + 1]);
+            }
+          }
         }
       }
       if (admin == AdminState::drain || admin == AdminState::disabled) st->set_admin(admin);

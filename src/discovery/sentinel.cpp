@@ -326,6 +326,12 @@ class Sentinels::Watch {
 
   const SentinelConfig& config() const { return config_; }
   const std::string& node_password_file() const { return node_password_file_; }
+
+  // A failover a previous process saw begin (Sentinels::resume_failover).
+  void resume(const std::string& from, const std::string& candidate) {
+    if (peers_.empty()) return;
+    sign(peers_.front(), "a failover the previous process saw begin", FailoverSign{from, candidate});
+  }
   const std::string& master() const { return master_; }
   bool settled() const { return asked_ || !master_.empty(); }
 
@@ -424,6 +430,7 @@ class Sentinels::Watch {
   }
 
   // --- a failover under way ---
+
 
   void sign(Peer& p, std::string_view channel, const FailoverSign& s) {
     if (master_.empty() || s.from != master_ || s.to == master_) return;  // old news, or another master
@@ -837,6 +844,11 @@ void Sentinels::changed() {
     auto* s = static_cast<Sentinels*>(t->data);
     if (s->on_change_ && !s->stopping_) s->on_change_();
   }, 0, 0);
+}
+
+void Sentinels::resume_failover(const std::string& upstream, const std::string& from, const std::string& candidate) {
+  auto it = watches_.find(upstream);
+  if (it != watches_.end()) it->second->resume(from, candidate);
 }
 
 void Sentinels::stop() {

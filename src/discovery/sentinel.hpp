@@ -117,6 +117,11 @@ class Sentinels {
   // Appends one entry per sentinel upstream (type "sentinel") to `dns`.
   void add_status(DnsStatus& dns) const;
 
+  // A binary upgrade: the previous process had fenced master `from` of
+  // `upstream` for a failover to `candidate`; this process goes on from
+  // there (proves or refutes it as if a sentinel had just announced it).
+  void resume_failover(const std::string& upstream, const std::string& from, const std::string& candidate);
+
   // Ends every connection and timer.
   void stop();
 

@@ -53,7 +53,8 @@ std::string_view check_type_name(HealthType t) {
 bool starts_up(const ServerState& state, const HealthConfig& config) {
   switch (state.active_state()) {
     case ActiveState::up: return true;
-    case ActiveState::down: return false;
+    case ActiveState::down:
+    case ActiveState::standby: return false;
     case ActiveState::unchecked: break;
   }
   return config.initial == HealthInitial::up;
@@ -85,9 +86,9 @@ void Target::start() {
     if (counter_.up()) {
       state_->set_active(ActiveState::up, "not checked yet (initial = up)");
     } else {
+      state_->set_first_pending(true);
       state_->set_active(ActiveState::down, "waiting for the first check");
       waiting_first_ = true;
-      state_->set_first_pending(true);
     }
   }
   // A server held down until its first answer is checked at once: jitter
@@ -124,7 +125,6 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
   const bool took_sessions = state_->takes_sessions(Clock::now());
   const bool ok = verdict == Probe::Verdict::pass;
   const bool first = std::exchange(waiting_first_, false);
-  if (first) state_->set_first_pending(false);
   const bool passed_before = std::exchange(last_passed_, ok);
   const auto took = [this] { return std::chrono::duration_cast<Duration>(Clock::now() - check_started_); };
   // The last answer's facts stay when a check does not answer: a timeout
@@ -189,6 +189,9 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
                                    ok ? "passes" : "failures", ok ? "up" : "down"),
                        !ok);
   }
+  // Its first answer is in (and applied above): no longer a wait, and
+  // only now downtime if it said down.
+  if (first) state_->set_first_pending(false);
   if (!took_sessions && state_->takes_sessions(Clock::now())) owner_.serves_again(state_);
   // The interval runs from the end of this check to the start of the next.
   schedule(next_delay(config_.interval, config_.jitter, owner_.uniform()));

@@ -225,7 +225,13 @@ std::optional<double> ServerState::lag_seconds() const {
 }
 
 void ServerState::set_first_pending(bool pending) {
-  if (first_pending_.exchange(pending, std::memory_order_acq_rel) != pending) notify();
+  if (first_pending_.exchange(pending, std::memory_order_acq_rel) == pending) return;
+  {
+    // Waiting for a first answer is not downtime; what the answer says may be.
+    std::lock_guard lock(mu_);
+    track_down_locked(Clock::now());
+  }
+  notify();
 }
 
 void ServerState::fence(FenceKind kind, std::string by, std::string reason) {
@@ -372,7 +378,8 @@ ServerState::LastCheck ServerState::last_check() const {
 }
 
 void ServerState::track_down_locked(TimePoint now) const {
-  const bool active_down = active_state_.load(std::memory_order_acquire) == ActiveState::down;
+  const bool active_down = active_state_.load(std::memory_order_acquire) == ActiveState::down &&
+                           !first_pending_.load(std::memory_order_acquire);
   const bool down = active_down || (health_.state() != PassiveHealth::State::up && !health_.eligible(now));
   if (down == down_) return;
   if (down) {

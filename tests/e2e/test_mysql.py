@@ -99,6 +99,33 @@ def test_writes_reach_only_the_primary_and_follow_a_switchover(admin_sluice, pri
                        what="the old primary to leave the read pool")
 
 
+def test_a_writable_newcomer_missing_writes_waits_until_the_primary_steps_down(admin_sluice, primary_replica,
+                                                                               tmp_path):
+    """One writer, MariaDB: a replica made writable while the primary still
+    is, and missing a write the primary took, is fenced (the primary keeps
+    serving); once the primary turns read-only, the newcomer serves."""
+    p, r = primary_replica
+    s = admin_sluice([listener(name="rw", upstream="rw")],
+                     {"rw": upstream(p.address, r.address, health=health(tmp_path, role="primary"))})
+    s.log.wait_for(rf"server {re.escape(p.address)} is up \(active check\): role is primary", timeout=20)
+    mp.wait_caught_up(r, p)
+    r.sql("STOP SLAVE")
+    p.sql("INSERT INTO app.writes VALUES (1, @@server_id)")  # the replica never gets this one
+    r.sql("SET GLOBAL read_only = 0")
+    s.log.wait_for(rf"server {re.escape(r.address)} fenced: {re.escape(p.address)} also says it is the primary; "
+                   r"the serving one keeps serving", timeout=20)
+    assert server_state(s, "rw", r.address)["state"] == "fenced"
+    assert server_state(s, "rw", p.address)["state"] == "up"
+    for _ in range(3):
+        assert server_id_through(s, p, "rw") == "1"
+    # The primary steps down: the newcomer's fence is lifted and it serves.
+    p.sql("SET GLOBAL read_only = 1")
+    harness.wait_until(lambda: server_state(s, "rw", r.address)["state"] == "up", timeout=20,
+                       what="the newcomer serves")
+    assert server_state(s, "rw", p.address)["state"] == "standby"
+    assert server_id_through(s, p, "rw") == "2"
+
+
 def test_a_replica_whose_replication_stops_leaves_the_read_pool(admin_sluice, primary_replica, tmp_path):
     p, r = primary_replica
     s = admin_sluice([listener(name="ro", upstream="ro")],

@@ -61,7 +61,9 @@ def test_a_replica_in_a_primary_pool_is_standby_not_down(admin_sluice, redis_pai
 def test_a_promoted_replica_serves_and_the_old_master_is_fenced(admin_sluice, redis_pair):  # noqa: F811
     master, replica = redis_pair
     s = admin_sluice([listener()], {"up": upstream(master.address, replica.address, health=REDIS)})
-    harness.wait_until(lambda: server(s, replica.address)["state"] == "standby", what="the replica standby")
+    # Replicating (its link up): a replica promoted before its first sync
+    # has none of the master's history, and would not descend from it.
+    harness.wait_until(lambda: server(s, replica.address)["lag_seconds"] is not None, what="the replica in sync")
     held = dbpeers.RespConn(*s.addr())
     assert int(held.call("CONFIG", "GET", "port")[1]) == master.port
     # Split brain: the replica is promoted, the old master is left a master.

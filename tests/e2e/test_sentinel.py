@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -406,3 +407,76 @@ def test_password_file_is_sent_with_auth(cluster, sentinel_sluice, backends, tmp
     assert entry["addresses"] == []
     assert 'AUTH failed: "WRONGPASS' in entry["last_error"], entry
     assert port_through(ss2) is None
+
+
+def resp_push(*items: bytes) -> bytes:
+    return b"*%d\r\n" % len(items) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in items)
+
+
+class LyingSentinel:
+    """A sentinel that names the real master, and, once `lie` is set, tells
+    its subscribers that a failover to `candidate` has begun (and that the
+    master has switched), though none has."""
+
+    def __init__(self, master_port: int, candidate_port: int):
+        self.master_port = master_port
+        self.candidate_port = candidate_port
+        self.lie = threading.Event()
+
+    def handler(self, backend: harness.Backend, conn: socket.socket):
+        got = b""
+        while b"get-master-addr-by-name" not in got:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            got += chunk
+        conn.sendall(resp_address("127.0.0.1", self.master_port))
+        conn.settimeout(0.2)
+        while b"SUBSCRIBE" not in got:
+            try:
+                chunk = conn.recv(4096)
+            except socket.timeout:
+                continue
+            if not chunk:
+                return
+            got += chunk
+        for channel in (b"+switch-master", b"+failover-state-send-slaveof-noone", b"+promoted-slave"):
+            conn.sendall(b"*3\r\n$9\r\nsubscribe\r\n$%d\r\n%s\r\n:1\r\n" % (len(channel), channel))
+        self.lie.wait(timeout=60)
+        m, c = self.master_port, self.candidate_port
+        details = f"slave 127.0.0.1:{c} 127.0.0.1 {c} @ {MASTER} 127.0.0.1 {m}".encode()
+        for _ in range(3):  # said again and again: the same lie fences once
+            conn.sendall(resp_push(b"message", b"+failover-state-send-slaveof-noone", details))
+            conn.sendall(resp_push(b"message", b"+switch-master", f"{MASTER} 127.0.0.1 {m} 127.0.0.1 {c}".encode()))
+            time.sleep(0.5)
+        harness.recv_all(conn)
+
+
+def test_a_lying_sentinel_cannot_fence_a_healthy_master_for_long(cluster, sentinel_sluice, backends):
+    liar = LyingSentinel(cluster.master.port, cluster.replica.port)
+    fake = backends(liar.handler)
+    addresses = [s.address for s in cluster.sentinels[:2]] + [fake.address]
+    ss = sentinel_sluice({"addresses": addresses, "master": MASTER})
+    ss.s.log.wait_for(rf"follows the failovers announced at sentinel {re.escape(fake.address)}",
+                      timeout=harness.EVENT_TIMEOUT)
+    assert port_through(ss) == cluster.master.port
+    start = len(ss.s.log.lines)
+    t0 = time.monotonic()
+    liar.lie.set()
+    # One sentinel's word is enough to fence the master at once...
+    ss.s.log.wait_for(rf"began \(\+failover-state-send-slaveof-noone from sentinel {re.escape(fake.address)}\)",
+                      start=start)
+    # ...but the candidate never took over: the fence is lifted within
+    # kPromotionWait (3 s), and the master is never moved.
+    ss.s.log.wait_for(r"is not happening \(it did not take over\)", timeout=10, start=start)
+    lifted = time.monotonic() - t0
+    assert lifted <= 3.0 + 2.0, f"fenced for {lifted:.2f}s"
+    harness.wait_until(lambda: port_through(ss) == cluster.master.port, what="the master serves again")
+    assert [s["address"] for s in ss.servers()] == [cluster.master.address]
+    assert ss.servers()[0]["state"] == "up"
+    # The same lie said again fences nothing.
+    time.sleep(1.5)
+    assert len(ss.s.log.matches(r"sentinel: upstream .* began \(\+failover-state-send-slaveof-noone")) == 1
+    assert not ss.s.log.matches(r"moved from")
+    for _ in range(3):
+        assert port_through(ss) == cluster.master.port

@@ -113,7 +113,7 @@ TEST_CASE("queue: a bounded wait behind max_conns, checked at its keys") {
       {head + "queue = -1\n" + limited, "x.toml:6:9: upstream \"a\": queue must be 0..1000000, got -1"},
       {head + "queue = 2\nservers = [{ address = \"10.0.0.1:5432\" }]\n",
        "x.toml:6:9: upstream \"a\": queue needs max_conns on the servers: a queue holds clients only while every "
-       "eligible server is at its max_conns"},
+       "eligible server is at its max_conns (or, in a primary pool, through a failover)"},
       {head + "queue_timeout = \"1s\"\n" + limited,
        "x.toml:6:1: upstream \"a\": queue_timeout needs queue = N (N > 0): without a queue nobody waits"},
       {head + "queue = 2\nqueue_timeout = \"0s\"\n" + limited,
