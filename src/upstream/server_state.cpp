@@ -246,9 +246,12 @@ void ServerState::fence(FenceKind kind, std::string by, std::string reason) {
   if (before != FenceKind::none) return;
   notify();
   std::lock_guard lock(mu_);
+  const std::string next = fenced_by_.empty()            ? std::string()
+                           : kind == FenceKind::failover ? " (" + fenced_by_ + " is to take over)"
+                           : kind == FenceKind::lost     ? " (" + fenced_by_ + " serves)"
+                                                         : std::string();
   spdlog::warn("upstream \"{}\" server {} fenced: {}{}; no new session goes there, its {} live session(s) are closed",
-               upstream, address.text, fence_reason_, fenced_by_.empty() ? "" : " (" + fenced_by_ + " serves)",
-               active.load(std::memory_order_relaxed));
+               upstream, address.text, fence_reason_, next, active.load(std::memory_order_relaxed));
 }
 
 void ServerState::unfence(std::string_view why) {

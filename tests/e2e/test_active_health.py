@@ -390,7 +390,7 @@ def test_redis_role_check_follows_a_failover(sluice, redis_pair):  # noqa: F811
         assert c.call("REPLICAOF", "NO", "ONE") == "OK"
     with dbpeers.RespConn("127.0.0.1", master.port) as c:
         assert c.call("REPLICAOF", "127.0.0.1", str(replica.port)) == "OK"
-    s.log.wait_for(rf"server {re.escape(master.address)} marked down \(active check\)", timeout=5)
+    s.log.wait_for(rf"server {re.escape(master.address)} is standby \(active check\)", timeout=5)
     s.log.wait_for(rf"server {re.escape(replica.address)} is up \(active check\)", timeout=5)
     with dbpeers.RespConn(*s.addr()) as c:
         assert c.call("SET", "after", "failover") == "OK"
