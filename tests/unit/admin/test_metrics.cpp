@@ -167,3 +167,26 @@ TEST_CASE("ALPN routes are series of their own, apart from their host's route an
   CHECK(value_of(m, R"(sluice_route_sessions_total{listener="tls",route="alpn=h2",upstream="web"})") == 7);
   CHECK(value_of(m, R"x(sluice_route_sessions_total{listener="tls",route="(default)",upstream="web"})x") == 0);
 }
+
+TEST_CASE("server states: one gauge per state; up only for a server that takes sessions") {
+  Fixture f;
+  Upstream* up = f.snapshot->find_upstream("pg");
+  up->server(0).set_active(ActiveState::standby, "role is standby, want primary");
+  up->server(1).set_active(ActiveState::up, "role is primary");
+  up->server(1).fence(FenceKind::lost, "10.0.0.9:5432", "timeline 2 > timeline 1");
+  const std::string m = metrics_text(*f.snapshot, f.info, Clock::now());
+  const std::string a = R"({upstream="pg",server="127.0.0.1:5001")";
+  const std::string b = R"({upstream="pg",server="[::1]:5002")";
+  for (const char* state : {"up", "standby", "down", "fenced", "drained", "disabled"}) {
+    CHECK(value_of(m, "sluice_server_state" + a + ",state=\"" + state + "\"}") == (std::string(state) == "standby"));
+    CHECK(value_of(m, "sluice_server_state" + b + ",state=\"" + state + "\"}") == (std::string(state) == "fenced"));
+  }
+  CHECK(value_of(m, "sluice_server_up" + a + "}") == 0);
+  CHECK(value_of(m, "sluice_server_up" + b + "}") == 0);
+  CHECK(value_of(m, "sluice_server_fenced" + a + "}") == 0);
+  CHECK(value_of(m, "sluice_server_fenced" + b + "}") == 1);
+  up->server(1).unfence("it no longer says it is the primary");
+  const std::string after = metrics_text(*f.snapshot, f.info, Clock::now());
+  CHECK(value_of(after, "sluice_server_up" + b + "}") == 1);
+  CHECK(value_of(after, "sluice_server_state" + b + ",state=\"up\"}") == 1);
+}
