@@ -1,18 +1,20 @@
-// hash: consistent hashing on a key, in two parts.
+// hash: consistent hashing on a key, weighted rendezvous (highest random
+// weight) over a fixed set of slots.
 //
-// First choice: a Maglev lookup table (balance/maglev.hpp) over the servers
-// that are up, weighted, built from the servers' address texts: one table
-// read per pick, the same in every sluice process with the same server list
-// whatever the list's order. The table is rebuilt only when a server goes up
-// or down or its weight changes, not when it fills up.
+// A key falls in one of SlotTable::kSlots slots (XXH3-64 of the key). Every
+// (slot, server) pair has a score that depends only on the slot, the
+// server's address text (its seed) and its weight (balance/slot_table.hpp),
+// so a slot ranks the servers alike in every process, whatever the order of
+// the list. A key's first choice is its slot's best server among those that
+// are up, read from a table kept current as servers go up and down: a server
+// going out moves exactly the keys of its own slots, and coming back it takes
+// back exactly those. The table does not change when a server fills up.
 //
-// Everything else: weighted rendezvous hashing (highest random weight). Every
-// (key, server) pair gets a score that depends only on the key, the server's
-// address text (its seed) and its weight, so the ranking too is the same in
-// every process. When the first choice cannot take the connection (it is
-// full, or this session already tried it), or it is over the bounded-load
-// limit, the key goes to its best-ranked eligible server instead. choose()
-// (the scan that callers use for retries) is rendezvous hashing alone.
+// When the first choice cannot take the connection (it is full, or this
+// session already tried it), or it is over the bounded-load limit, the key
+// goes to the best-ranked eligible server of its slot instead. choose() (the
+// scan that callers use for retries) ranks the same way: with every server
+// up and eligible it answers what choose_indexed() answers.
 //
 // Optional bounded load (hash_balance_factor f > 0): a candidate is skipped
 // when taking this connection would put it above
@@ -28,20 +30,20 @@
 #include <vector>
 
 #include "balance/balancer.hpp"
-#include "balance/maglev.hpp"
+#include "balance/slot_table.hpp"
 
 namespace sluice {
 
 // Seed for a server's scores: XXH3-64 of its address text as configured.
 std::uint64_t rendezvous_server_seed(std::string_view address_text);
-// The server's score for `key`: weight / -ln(u), u uniform in (0,1) from
-// XXH3_64bits_withSeed(key, server_seed). Higher wins.
+// The slot of `key`: XXH3-64 of the key, modulo SlotTable::kSlots.
+std::uint32_t hash_slot(std::string_view key);
+// The server's score for `key`: SlotTable::score() of its rank at the key's
+// slot. Higher wins; equal scores go to the lower seed.
 double rendezvous_score(std::string_view key, std::uint64_t server_seed, std::uint32_t weight);
-// Where `key` falls in a Maglev table: XXH3-64 of the key.
-std::uint64_t maglev_key_hash(std::string_view key);
 
 // Every index of `candidates` (eligible or not), best first, for `key` (ties:
-// lower index first).
+// lower seed, then lower index, first).
 std::vector<std::size_t> rendezvous_rank(std::span<const Candidate> candidates, std::string_view key);
 
 class HashBalancer final : public Balancer {
@@ -54,22 +56,23 @@ class HashBalancer final : public Balancer {
   void update(std::size_t index, const Candidate& c) override;
   std::size_t choose_indexed(std::string_view key) override;
 
-  // The Maglev table as of the last choose_indexed() or reset() (for tests).
-  const MaglevTable& table() const { return table_; }
+  // The slot table over the servers up (for tests).
+  const SlotTable& table() const { return table_; }
 
  private:
-  struct Scored {
-    double score;
+  struct Ranked {
+    std::uint64_t seed;
+    std::uint32_t weight;
+    std::uint32_t rank;  // at the key's slot
     std::size_t index;
   };
-  void rebuild();
+  std::size_t choose_in_slot(std::span<const Candidate> candidates, std::uint32_t slot);
   // May `index` take one more connection under bounded load?
   bool within_bound(std::size_t index) const;
 
   double balance_factor_;
-  std::vector<Scored> scored_;  // reused scratch for bounded load
-  MaglevTable table_;
-  bool table_stale_ = false;
+  std::vector<Ranked> ranked_;  // reused scratch for bounded load
+  SlotTable table_;
   std::uint64_t total_active_ = 0;  // over pool_
   std::size_t eligible_ = 0;        // eligible entries of pool_
 };

@@ -100,7 +100,7 @@ std::vector<std::size_t> lone(const Upstream& up, const TriedSet& tried) {
   return usable;
 }
 
-// hash by the book: a Maglev table built afresh over the servers up now
+// hash by the book: a slot table built afresh over the servers up now
 // (rebuilt only when the servers up or their weights changed, to keep the
 // test quick), the rest of the balancer's copy updated.
 class FreshHash {
@@ -239,8 +239,8 @@ TEST_CASE("Upstream::pick (least_conn) stays exact while slow start ramps weight
   for (std::uint32_t seed = 21; seed <= 23; ++seed) random_history(Balance::least_conn, seed % 2 == 0, true, seed);
 }
 
-TEST_CASE("Upstream::pick (hash) matches a Maglev table built afresh from every state") {
-  // Each change of the servers up rebuilds two tables of 65537 entries here:
+TEST_CASE("Upstream::pick (hash) matches a slot table built afresh from every state") {
+  // Each change of the servers up rebuilds two tables of 65536 slots here:
   // shorter histories.
   for (std::uint32_t seed = 31; seed <= 34; ++seed) random_history(Balance::hash, seed % 2 == 0, false, seed, 1500);
 }
