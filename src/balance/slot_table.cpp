@@ -199,9 +199,11 @@ void SlotTable::fill_each(const std::vector<std::uint32_t>& slots, const std::ve
 // The servers' ranks are visited in falling score order: all servers of one
 // weight together, rank by rank from kSlots - 1 down, and the weights merged
 // by the score of their next rank. The first server to reach a slot is its
-// best one (one of the same score may still take it on the tie-break), so
-// the walk stops once every slot has an owner and no score equal to the
-// last one is left.
+// best one (one of the same score may still take it on the tie-break). The
+// last slots take the longest to reach (a coupon collector's tail), so once
+// no more are left than asking every server about them costs about kSlots
+// ranks, and no score equal to the last one is left, the walk stops and
+// those slots are asked of every server.
 void SlotTable::fill_from_the_top(const std::vector<std::uint32_t>& slots, const std::vector<std::uint32_t>& up) {
   struct Group {
     std::uint32_t weight;
@@ -221,16 +223,24 @@ void SlotTable::fill_from_the_top(const std::vector<std::uint32_t>& slots, const
   std::vector<std::uint8_t> open(kSlots, 0);
   for (const std::uint32_t slot : slots) open[slot] = 1;
   std::size_t left = slots.size();
+  const std::size_t tail = kSlots / up.size();
 
   std::vector<std::size_t> heap(groups.size());
   for (std::size_t g = 0; g < groups.size(); ++g) heap[g] = g;
   const auto lower = [&](std::size_t a, std::size_t b) { return groups[a].score < groups[b].score; };
   std::make_heap(heap.begin(), heap.end(), lower);
+  // Slots taken at the score being visited: settled (closed) once the walk
+  // goes below it, until then open to a tie.
+  std::vector<std::uint32_t> taken;
   double last = HUGE_VAL;
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), lower);
     Group& g = groups[heap.back()];
-    if (left == 0 && g.score < last) break;
+    if (g.score < last) {
+      if (left <= tail) break;
+      for (const std::uint32_t slot : taken) open[slot] = 0;
+      taken.clear();
+    }
     last = g.score;
     const std::uint32_t rank = g.next;
     for (const std::uint32_t i : g.members) {
@@ -238,6 +248,7 @@ void SlotTable::fill_from_the_top(const std::vector<std::uint32_t>& slots, const
       if (open[slot] == 0) continue;
       if (owner_[slot] == kNone) {
         --left;
+        taken.push_back(slot);
       } else if (!beats_owner(i, rank, slot)) {
         continue;
       }
@@ -252,6 +263,12 @@ void SlotTable::fill_from_the_top(const std::vector<std::uint32_t>& slots, const
       std::push_heap(heap.begin(), heap.end(), lower);
     }
   }
+  if (left == 0) return;
+  std::vector<std::uint32_t> rest;
+  for (const std::uint32_t slot : slots) {
+    if (owner_[slot] == kNone) rest.push_back(slot);
+  }
+  fill_each(rest, up);
 }
 
 }  // namespace sluice

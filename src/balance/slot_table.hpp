@@ -23,8 +23,8 @@
 //     the others, O(kSlots) for a server with an average share;
 //   - a full build: the servers' ranks are visited from the top down (the
 //     permutation is invertible), so a slot is settled as soon as the first
-//     server reaches it: about kSlots * ln(kSlots) ranks whatever the number
-//     of servers, instead of kSlots * servers.
+//     server reaches it, and the last few are asked of every server: about
+//     kSlots * (ln(servers) + 1) ranks instead of kSlots * servers.
 #pragma once
 
 #include <cstddef>
