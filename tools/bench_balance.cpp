@@ -8,6 +8,12 @@
 //   - "retry": Upstream::pick() with one server already tried, which scans
 //     every server (not measured at one server: nothing is left to pick).
 // A pick whose cost grows with the number of servers shows here first.
+// Then, for hash, what keeping its table costs: reset() (a reload builds the
+// table afresh) and update() of one server going down or coming back up
+// with the pick that follows (a health change, paid by the next pick on a
+// worker: a balancer may defer the work to it).
+// Times are the thread's CPU time, so that other work on the machine does
+// not count (it still slows the caches).
 //
 //   build/tools/bench_balance [SECONDS_PER_CASE [ALGORITHM...]]   (default 0.3, all)
 #include <chrono>
@@ -19,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
+
 #include "balance/balancer.hpp"
 #include "balance/hash.hpp"
 #include "config/values.hpp"
@@ -28,7 +36,19 @@
 namespace {
 
 using namespace sluice;
-using BenchClock = std::chrono::steady_clock;
+// The calling thread's CPU time.
+struct BenchClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<BenchClock>;
+  static constexpr bool is_steady = true;
+  static time_point now() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return time_point(duration(static_cast<rep>(ts.tv_sec) * 1000000000 + ts.tv_nsec));
+  }
+};
 
 const char* name_of(Balance b) {
   switch (b) {
@@ -41,15 +61,17 @@ const char* name_of(Balance b) {
 }
 
 // Runs `pick` in batches until `seconds` have passed; returns ns per call.
+// Calls come in batches of `batch`.
 template <typename F>
-double time_per_call(double seconds, F pick) {
-  const auto until = BenchClock::now() + std::chrono::duration<double>(seconds);
+double time_per_call(double seconds, F pick, int batch = 256) {
+  const auto until = BenchClock::now() + std::chrono::duration_cast<BenchClock::duration>(
+                                             std::chrono::duration<double>(seconds));
   std::uint64_t calls = 0;
   const auto start = BenchClock::now();
   auto now = start;
   do {
-    for (int i = 0; i < 256; ++i) pick(calls + static_cast<std::uint64_t>(i));
-    calls += 256;
+    for (int i = 0; i < batch; ++i) pick(calls + static_cast<std::uint64_t>(i));
+    calls += static_cast<std::uint64_t>(batch);
     now = BenchClock::now();
   } while (now < until);
   return std::chrono::duration<double, std::nano>(now - start).count() / static_cast<double>(calls);
@@ -70,11 +92,11 @@ const std::vector<std::string>& keys() {
   return k;
 }
 
-std::vector<Candidate> candidates(std::size_t n) {
+std::vector<Candidate> candidates(std::size_t n, bool equal_weights = false) {
   std::vector<Candidate> cands(n);
   for (std::size_t i = 0; i < n; ++i) {
     cands[i].seed = rendezvous_server_seed(address(i));
-    cands[i].weight = 1 + static_cast<std::uint32_t>(i % 3);
+    cands[i].weight = equal_weights ? 1 : 1 + static_cast<std::uint32_t>(i % 3);
     cands[i].active = static_cast<std::uint32_t>(i % 7);
     cands[i].eligible = true;
     cands[i].up = true;
@@ -113,6 +135,34 @@ double bench_indexed(Balance b, std::size_t n, double seconds) {
       balancer->update(r, cands[r]);
     }
   });
+}
+
+// hash's table: microseconds per reset() over `n` servers, and per update()
+// of a server going down or coming back up (the two alternate) and the pick
+// after it.
+struct TableCosts {
+  double reset_us;
+  double change_us;
+};
+
+TableCosts bench_table(std::size_t n, bool equal_weights, double seconds) {
+  const std::vector<Candidate> cands = candidates(n, equal_weights);
+  auto balancer = make_balancer(Balance::hash, 0.0, 42);
+  balancer->reset(cands);  // once before timing: one-off set-up is not a reset's cost
+  TableCosts c{};
+  c.reset_us = time_per_call(seconds, [&](std::uint64_t) { balancer->reset(cands); }, 1) / 1000;
+  balancer->reset(cands);
+  std::vector<bool> down(n, false);
+  c.change_us = time_per_call(seconds, [&](std::uint64_t i) {
+    // Servers spread over the pool, each down then up again.
+    const std::size_t k = (i / 2 * 7919) % n;
+    Candidate x = cands[k];
+    down[k] = !down[k];
+    x.up = x.eligible = !down[k];
+    balancer->update(k, x);
+    if (balancer->choose_indexed(keys()[i % keys().size()]) == kNoCandidate) std::abort();
+  }, 2) / 1000;
+  return c;
 }
 
 std::unique_ptr<Upstream> make_upstream(Balance b, std::size_t n) {
@@ -167,6 +217,20 @@ int main(int argc, char** argv) {
       } else {
         std::printf("- |\n");
       }
+      std::fflush(stdout);
+    }
+  }
+  bool hash_wanted = argc <= 2;
+  for (int a = 2; a < argc; ++a) hash_wanted = hash_wanted || std::strcmp(argv[a], "hash") == 0;
+  if (!hash_wanted) return 0;
+  std::printf(
+      "\n| hash table | servers | reset() µs | one server down or up: update() and a pick, µs |\n"
+      "|---|---|---|---|\n");
+  for (const bool equal : {true, false}) {
+    for (std::size_t n : {10UL, 1000UL}) {
+      const TableCosts c = bench_table(n, equal, seconds);
+      std::printf("| %s | %zu | %.0f | %.0f |\n", equal ? "weights equal" : "weights 1, 2, 3", n, c.reset_us,
+                  c.change_us);
       std::fflush(stdout);
     }
   }
