@@ -63,6 +63,13 @@ struct GlobalConfig {
   // A binary upgrade (SIGUSR2, POST /upgrade) is given up when the new
   // process has not taken over within this.
   Duration upgrade_timeout = std::chrono::seconds(30);
+  // The window over which sessions closed together at a deadline (the end
+  // of shutdown_timeout, of a drain_timeout) are closed one by one, so that
+  // their clients do not all reconnect in the same second. Unset: the end
+  // of shutdown_timeout closes at once, a drain over a tenth of its
+  // drain_timeout.
+  Duration close_spread{0};
+  bool close_spread_set = false;
 };
 
 // [admin]: the HTTP admin API on the control loop. Absent table = no API.

@@ -235,7 +235,7 @@ class Parser {
     TableReader r(table, "[global]", path_);
     r.reject_unknown_keys({"workers", "max_connections", "shutdown_timeout", "log_level", "error_log", "access_log",
                            "access_log_format", "log_interval", "drain_timeout", "shutdown_delay", "pid_file",
-                           "upgrade_timeout"});
+                           "upgrade_timeout", "close_spread"});
     GlobalConfig g;
     if (auto v = r.integer("workers", 0, 256)) g.workers = static_cast<unsigned>(*v);
     if (auto v = r.integer("max_connections", 1, kInt64Max)) g.max_connections = static_cast<std::uint64_t>(*v);
@@ -279,6 +279,10 @@ class Parser {
       g.pid_file = *v;
     }
     if (auto v = r.duration("upgrade_timeout", false)) g.upgrade_timeout = *v;
+    if (auto v = r.duration("close_spread", true)) {
+      g.close_spread = *v;
+      g.close_spread_set = true;
+    }
     return g;
   }
 

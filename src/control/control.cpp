@@ -114,15 +114,14 @@ std::string through_links(std::string path) {
   return path;
 }
 
-struct Drain {
+}  // namespace
+
+struct Control::Drain {
   uv_timer_t timer{};
   Control* control = nullptr;
   std::vector<std::shared_ptr<const ServerState>> servers;
   Duration spread{0};
-  std::vector<Worker*> workers;
 };
-
-}  // namespace
 
 void Control::block_signals() {
   const sigset_t set = handled_signals();
@@ -408,8 +407,9 @@ void Control::apply_admin_changes(const AdminConfig& a, std::vector<std::string>
 }
 
 // Servers that the new configuration no longer has: their sessions go on, or
-// end after the upstream's drain_timeout, spread over a tenth of it so the
-// clients do not all reconnect at once.
+// end after the upstream's drain_timeout, one by one over close_spread (or,
+// when that is not set, over a tenth of drain_timeout) so the clients do
+// not all reconnect at once.
 void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
   std::set<const ServerState*> now;
   for (const auto& [name, up] : after.upstreams) {
@@ -440,23 +440,14 @@ void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
     auto* d = new Drain;
     d->control = this;
     d->servers = std::move(gone);
-    d->spread = Duration(std::max<Duration::rep>(timeout.count() / 10, 1));
-    for (auto& w : workers_) d->workers.push_back(w.get());
+    const GlobalConfig& g = after.config->global;
+    d->spread = g.close_spread_set ? g.close_spread : Duration(std::max<Duration::rep>(timeout.count() / 10, 1));
     uv_timer_init(loop_, &d->timer);
     d->timer.data = d;
     uv_timer_start(&d->timer, [](uv_timer_t* t) {
       auto* dr = static_cast<Drain*>(t->data);
-      if (!static_cast<Control*>(dr->control)->stopping_) {
-        for (const auto& s : dr->servers) {
-          for (Worker* w : dr->workers) {
-            WorkerCommand c;
-            c.kind = WorkerCommand::Kind::close_sessions;
-            c.server = s;
-            c.cause = Cause::server_drained;
-            c.spread = dr->spread;
-            w->post(std::move(c));
-          }
-        }
+      if (!dr->control->stopping_) {
+        for (const auto& s : dr->servers) dr->control->close_sessions(s, Cause::server_drained, dr->spread);
       }
       uv_close(as_handle(t), [](uv_handle_t* h) { delete static_cast<Drain*>(h->data); });
     }, static_cast<std::uint64_t>(timeout.count()), 0);
@@ -745,7 +736,8 @@ void Control::drain_down(std::shared_ptr<const ServerState> server) {
   uv_timer_start(&d->timer, [](uv_timer_t* t) {
     auto* dd = static_cast<DownDrain*>(t->data);
     if (!dd->control->stopping_ && dd->server->active_state() == ActiveState::down) {
-      dd->control->close_sessions(dd->server, Cause::server_down);
+      const GlobalConfig& g = dd->control->snapshot_->config->global;
+      dd->control->close_sessions(dd->server, Cause::server_down, g.close_spread_set ? g.close_spread : Duration{0});
     }
     uv_close(as_handle(t), [](uv_handle_t* h) { delete static_cast<DownDrain*>(h->data); });
   }, static_cast<std::uint64_t>(timeout.count()), 0);
@@ -753,12 +745,13 @@ void Control::drain_down(std::shared_ptr<const ServerState> server) {
   uv_unref(as_handle(&d->timer));
 }
 
-void Control::close_sessions(std::shared_ptr<const ServerState> server, Cause cause) {
+void Control::close_sessions(std::shared_ptr<const ServerState> server, Cause cause, Duration spread) {
   for (auto& w : workers_) {
     WorkerCommand c;
     c.kind = WorkerCommand::Kind::close_sessions;
     c.server = server;
     c.cause = cause;
+    c.spread = spread;
     w->post(std::move(c));
   }
 }

@@ -124,6 +124,7 @@ class Control {
   };
   struct Upgrade;
   friend struct Upgrade;
+  struct Drain;  // a removed server's drain_timeout
 
   // ---- binary upgrade (upgrade.cpp) ----
   // The new process: hello, then the listening sockets until "go". Returns
@@ -171,7 +172,15 @@ class Control {
   // Starts the admin API when the configuration has one. Returns an error or "".
   std::string start_admin(const Config& config);
   admin::ProcessInfo process_info() const;
-  void close_sessions(std::shared_ptr<const ServerState> server, Cause cause);
+  // Every worker ends the sessions on `server` (every session when null)
+  // with `cause`, one by one over `spread` from now, or at once when it is
+  // 0. The one way to close many sessions together: a deadline that does
+  // (the end of a drain_timeout, of a binary upgrade's wait) passes
+  // [global] close_spread; an operator's "now" (admin disable, a second
+  // SIGTERM) and a dead server (on_down = "close_sessions") pass 0. The end
+  // of shutdown_timeout is each worker's own (Worker::on_shutdown_timer),
+  // with the same spread.
+  void close_sessions(std::shared_ptr<const ServerState> server, Cause cause, Duration spread = Duration{0});
   // Before the workers accept: runs the loop until every server that starts
   // down has answered its first check, or the longest check timeout passed.
   void wait_first_checks();

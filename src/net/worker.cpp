@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -12,9 +13,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include "net/close_spread.hpp"
 #include "proxy/session.hpp"
 #include "proxy/socket_options.hpp"
 #include "runtime/snapshot.hpp"
+#include "sluice/time.hpp"
 #include "upgrade/channel.hpp"
 
 namespace sluice {
@@ -395,20 +398,31 @@ void Worker::unlink(Session& s) {
   maybe_finish_stop();
 }
 
-void Worker::close_sessions(const WorkerCommand& c) {
+void Worker::close_sessions(const WorkerCommand& c) { close_spread(c.server.get(), c.cause, c.spread); }
+
+std::size_t Worker::close_spread(const ServerState* only, Cause cause, Duration window) {
+  auto wanted = [only](const Session& s) { return !s.closing() && (only == nullptr || s.server() == only); };
+  const auto ms = static_cast<std::uint64_t>(std::max<Duration::rep>(window.count(), 0));
+  if (ms == 0) {
+    std::size_t n = 0;
+    each_session([&](Session& s) {
+      if (!wanted(s)) return;
+      s.terminate(cause);
+      ++n;
+    });
+    return n;
+  }
+  std::size_t n = 0;
+  each_session([&](Session& s) { n += wanted(s) ? 1 : 0; });
+  // Each worker its own seed: their closes interleave rather than fall on
+  // one grid.
+  rng_ += 0x9E3779B97F4A7C15ULL + id_;
+  CloseSpread when(n, ms, rng_);
   const std::uint64_t now = uv_now(&loop_);
-  const auto spread = static_cast<std::uint64_t>(c.spread.count());
   each_session([&](Session& s) {
-    if (s.server() != c.server.get() || s.closing()) return;
-    if (spread == 0) {
-      s.terminate(c.cause);
-    } else {
-      rng_ ^= rng_ << 13;
-      rng_ ^= rng_ >> 7;
-      rng_ ^= rng_ << 17;
-      s.close_at(now + rng_ % spread, c.cause);
-    }
+    if (wanted(s)) s.close_at(now + when.next(), cause);
   });
+  return n;
 }
 
 // ---- stopping --------------------------------------------------------------
@@ -486,8 +500,14 @@ void Worker::adopt(WorkerCommand& c) {
 
 void Worker::on_shutdown_timer(uv_timer_t* t) {
   auto* w = static_cast<Worker*>(t->data);
-  spdlog::info("worker {}: shutdown_timeout reached; closing {} session(s)", w->id_, w->session_count_);
-  w->each_session([](Session& s) { s.terminate(Cause::shutdown); });
+  const Duration spread = w->snapshot_ ? w->snapshot_->config->global.close_spread : Duration{0};
+  if (spread.count() > 0) {
+    spdlog::info("worker {}: shutdown_timeout reached; closing {} session(s) one by one over close_spread {}", w->id_,
+                 w->session_count_, format_duration(spread));
+  } else {
+    spdlog::info("worker {}: shutdown_timeout reached; closing {} session(s)", w->id_, w->session_count_);
+  }
+  w->close_spread(nullptr, Cause::shutdown, spread);
 }
 
 void Worker::maybe_finish_stop() {

@@ -57,8 +57,11 @@ struct WorkerCommand {
   std::vector<std::uint64_t> close;
   std::vector<std::pair<std::uint64_t, std::string>> names;
 
-  // close_sessions: end the sessions on `server` with `cause`, each at a
-  // random moment within `spread` (0 = now).
+  // close_sessions: end the sessions on `server` (every session of the
+  // worker when null) with `cause`, one by one over `spread` from now (0 =
+  // at once): the facility for any path that would otherwise close many
+  // sessions in the same instant ([global] close_spread; see
+  // Worker::close_spread).
   // stop: stop accepting, let sessions finish up to shutdown_timeout.
   // stop_now: as stop, and close every session at once (cause shutdown).
   // hand_over: a new binary accepts on the same sockets now: stop accepting,
@@ -127,6 +130,12 @@ class Worker final : public SessionHost {
   void drain_mailbox();
   void apply_update(WorkerCommand& c);
   void close_sessions(const WorkerCommand& c);
+  // Ends the sessions on `only` (every session when null) that are not
+  // already closing with `cause`, one by one over `window` from now (all at
+  // once when it is 0), evenly (CloseSpread): none at or after the
+  // window's end. A session already due to close earlier keeps its time.
+  // Returns how many it scheduled.
+  std::size_t close_spread(const ServerState* only, Cause cause, Duration window);
   void begin_stop();
   void begin_hand_over(int channel);
   void move_sessions();

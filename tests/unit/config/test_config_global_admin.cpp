@@ -98,3 +98,24 @@ TEST_CASE("[admin]: absent, empty, loopback and with a token") {
   CHECK(open.admin.listen.text == "0.0.0.0:9090");
   CHECK(open.admin.token_file == token.path());
 }
+
+TEST_CASE("[global]: close_spread") {
+  const auto d = sluice::parse_config(kTail, "x.toml");
+  CHECK(d.global.close_spread == 0ms);
+  CHECK(!d.global.close_spread_set);
+
+  const auto c = sluice::parse_config("[global]\nclose_spread = \"5s\"\n" + kTail, "x.toml");
+  CHECK(c.global.close_spread == 5s);
+  CHECK(c.global.close_spread_set);
+  // "0s" written means at once, everywhere, drains included.
+  const auto z = sluice::parse_config("[global]\nclose_spread = \"0s\"\n" + kTail, "x.toml");
+  CHECK(z.global.close_spread == 0ms);
+  CHECK(z.global.close_spread_set);
+
+  check_cases({
+      {"[global]\nclose_spread = 5\n" + kTail,
+       "x.toml:2:16: [global]: close_spread must be a duration string like \"3s\", got integer 5"},
+      {"[global]\nclose_spread = \"-1s\"\n" + kTail,
+       "x.toml:2:16: [global]: close_spread must be a duration like \"250ms\", \"3s\", \"5m\", \"1h\", got \"-1s\""},
+  });
+}
