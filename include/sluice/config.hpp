@@ -70,6 +70,9 @@ struct GlobalConfig {
   // drain_timeout.
   Duration close_spread{0};
   bool close_spread_set = false;
+  // Reload when the configuration file's content changes (inotify on its
+  // directory, so a Kubernetes ConfigMap's `..data` swap is seen).
+  bool watch_config = false;
 };
 
 // [admin]: the HTTP admin API on the control loop. Absent table = no API.

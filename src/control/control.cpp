@@ -208,6 +208,7 @@ bool Control::start() {
   uv_timer_init(loop_, &tick_);
   tick_.data = this;
   uv_timer_start(&tick_, on_tick, 1000, 1000);
+  update_watch();
   for (auto& w : workers_) w->start();
   spdlog::info("sluice {} started: {} worker(s), {} listener(s)", sluice::version(), nworkers_,
                config.listeners.size());
@@ -345,6 +346,7 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
 
   loaded_at_ms_ = wall_ms();
   if (before) {
+    update_watch();
     apply_admin_changes(snapshot_->config->admin, result.restart_required, waiting);
     if (error_log) {
       // In the old destination, so that whoever reads it knows where to look.
@@ -655,6 +657,23 @@ ReloadResult Control::put_config(std::string_view toml) {
   return r;
 }
 
+void Control::update_watch() {
+  const bool on = snapshot_ && snapshot_->config->global.watch_config && !stopping_;
+  if (!watch_) {
+    if (!on) return;
+    watch_ = std::make_unique<ConfigWatch>(loop_, config_path_, [this] { reload_watched(); });
+  }
+  watch_->set_enabled(on);
+}
+
+void Control::reload_watched() {
+  if (stopping_) return;
+  spdlog::info("watch_config: {} changed: reloading", config_path_);
+  notify_systemd("RELOADING=1");
+  const ReloadResult r = reload_from_file();
+  record_reload("watch_config", r);
+}
+
 void Control::record_reload(std::string_view origin, const ReloadResult& r) {
   if (r.ok) {
     ++reloads_ok_;
@@ -669,6 +688,9 @@ void Control::record_reload(std::string_view origin, const ReloadResult& r) {
     spdlog::error("reload failed, the running configuration is unchanged: {}", r.message);
   }
   last_reload_ = LastReload{true, r.ok, wall_ms(), std::string(origin), r.message};
+  // What this reload read counts as seen: the watch does not load it again,
+  // nor retry a bad file before it changes.
+  if (watch_) watch_->remember();
   notify_systemd("READY=1\nSTATUS=" + std::string(r.ok ? "running, configuration generation " : "running; last reload failed, generation ") +
                  std::to_string(generation_));
 }
@@ -856,6 +878,7 @@ void Control::begin_stop(bool now) {
     // the drain must not kill the process).
     uv_unref(as_handle(&signal_poll_));
     uv_unref(as_handle(&tick_));
+    update_watch();  // off: a stopping process reloads nothing
   }
   // Nothing is accepted any more: no socket may stay open (and fill its
   // queue) behind the workers' backs.
@@ -935,6 +958,7 @@ void Control::on_workers_stopped() {
   if (health_) health_->stop([] {});
   if (discovery_) discovery_->stop([] {});
   if (sentinels_) sentinels_->stop();
+  if (watch_) watch_->close([] {});
   if (admin_http_ && !handed_over_) admin_http_->close([] {});  // else closed at the hand-over
   close_upgrade();
   uv_close(as_handle(&stopped_async_), nullptr);

@@ -18,6 +18,7 @@
 
 #include "admin/admin_api.hpp"
 #include "admin/http_server.hpp"
+#include "control/config_watch.hpp"
 #include "discovery/discovery.hpp"
 #include "discovery/sentinel.hpp"
 #include "health/checker.hpp"
@@ -165,6 +166,11 @@ class Control {
   void notify_systemd(const std::string& state);
   void drain_removed(const Snapshot& before, const Snapshot& after);
   void record_reload(std::string_view origin, const ReloadResult& r);
+  // [global] watch_config as the running configuration says: starts or
+  // stops watching the file.
+  void update_watch();
+  // The watched file's content changed: a reload, logged as SIGHUP's.
+  void reload_watched();
   // A reload's [admin]: which token is in force, and what waits for a
   // restart (appended to both lists: keys, and keys with the running value).
   void apply_admin_changes(const AdminConfig& a, std::vector<std::string>& restart_required,
@@ -263,6 +269,7 @@ class Control {
   std::unique_ptr<HealthChecker> health_;  // active checks, on this loop
   std::unique_ptr<discovery::Discovery> discovery_;  // servers from DNS, on this loop
   std::unique_ptr<discovery::Sentinels> sentinels_;  // masters from Redis Sentinel, on this loop
+  std::unique_ptr<ConfigWatch> watch_;                // made when watch_config is first on
   std::shared_ptr<const Config> file_config_;        // the running configuration as the file says
   bool handles_closed_ = false;
   bool healthcheck_failed_ = false;  // POST /healthcheck/fail, until /healthcheck/ok

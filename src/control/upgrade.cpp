@@ -374,6 +374,7 @@ void Control::on_taken_over(Upgrade& u) {
   upgrade_message_ = "new process " + std::to_string(u.pid) + " serves";
   handed_over_ = true;
   stopping_ = true;
+  update_watch();  // off: the new process watches the file now
   // The new process holds the same sockets: nothing is refused when these
   // copies close.
   for (auto& s : sockets_) s->close_dups();

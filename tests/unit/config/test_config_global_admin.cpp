@@ -99,14 +99,16 @@ TEST_CASE("[admin]: absent, empty, loopback and with a token") {
   CHECK(open.admin.token_file == token.path());
 }
 
-TEST_CASE("[global]: close_spread") {
+TEST_CASE("[global]: close_spread and watch_config") {
   const auto d = sluice::parse_config(kTail, "x.toml");
   CHECK(d.global.close_spread == 0ms);
   CHECK(!d.global.close_spread_set);
+  CHECK(!d.global.watch_config);
 
-  const auto c = sluice::parse_config("[global]\nclose_spread = \"5s\"\n" + kTail, "x.toml");
+  const auto c = sluice::parse_config("[global]\nclose_spread = \"5s\"\nwatch_config = true\n" + kTail, "x.toml");
   CHECK(c.global.close_spread == 5s);
   CHECK(c.global.close_spread_set);
+  CHECK(c.global.watch_config);
   // "0s" written means at once, everywhere, drains included.
   const auto z = sluice::parse_config("[global]\nclose_spread = \"0s\"\n" + kTail, "x.toml");
   CHECK(z.global.close_spread == 0ms);
@@ -117,5 +119,7 @@ TEST_CASE("[global]: close_spread") {
        "x.toml:2:16: [global]: close_spread must be a duration string like \"3s\", got integer 5"},
       {"[global]\nclose_spread = \"-1s\"\n" + kTail,
        "x.toml:2:16: [global]: close_spread must be a duration like \"250ms\", \"3s\", \"5m\", \"1h\", got \"-1s\""},
+      {"[global]\nwatch_config = \"yes\"\n" + kTail,
+       "x.toml:2:16: [global]: watch_config must be a boolean (true or false), got string \"yes\""},
   });
 }
