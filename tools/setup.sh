@@ -29,6 +29,8 @@ test_packages=(
   iproute2 nftables   # network-namespace fault tests: veth pairs, dropped packets
   strace   # system calls per connection, in a test and in the benchmark
   keepalived   # scale-out: a VRRP pair whose track_script asks GET /ready
+  bird2 exabgp   # scale-out: BGP announcements that follow GET /ready, a router's multipath route
+  python3-yaml   # the Kubernetes recipe's manifests are parsed in a test
   debhelper dpkg-dev fakeroot lintian   # the Debian package (tools/deb.sh, tests/package)
   scdoc man-db   # man pages sluice(8) and sluice.toml(5), and reading them in tests
   systemd   # systemd-analyze verifies the unit; systemd-sysusers/-tmpfiles for the package
@@ -61,7 +63,7 @@ $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts freshly installed daemons; the tests and the benchmark run
 # their own copies on ephemeral ports, so stop the system ones we just added.
 for pair in nginx:nginx haproxy:haproxy postgresql:postgresql redis-server:redis-server \
-    prometheus:prometheus mariadb-server:mariadb; do
+    prometheus:prometheus mariadb-server:mariadb bird2:bird exabgp:exabgp; do
   for p in "${missing[@]}"; do
     if [[ "$p" == "${pair%%:*}" ]]; then
       $sudo service "${pair#*:}" stop >/dev/null 2>&1 || true

@@ -9,20 +9,30 @@ On loopback (always runs):
 In network namespaces the test creates (skipped, with the reason, where
 they cannot be made): a client, a router, three instances and the servers,
 joined by veth pairs with 10.0.x addresses that exist only inside those
-namespaces. The router sends the service address (held by every instance)
-through the kernel's ECMP with a resilient nexthop group, as a BGP or
-anycast front tier would; the test plays that front tier's controller,
-acting on each instance's GET /ready. Shown:
+namespaces. Every instance holds the service address and runs BIRD, which
+announces it over BGP to the router's BIRD only while the instance's GET
+/ready answers 200 (docs/recipes/bgp/sluice-bird-ready toggles a static
+route); the router's BIRD installs one multipath route over the instances
+that announce it, and the router keeps each flow on the path its first
+packet took (docs/recipes/bgp/router-pin-flows.sh). The configuration files
+are docs/recipes/bgp/'s, as docs/scale-out.md shows them. Shown, with the
+figures printed (time to withdraw, sessions lost):
 - hashed keys reach the same server through any instance;
 - taking one instance out (POST /healthcheck/fail, or SIGTERM with
-  shutdown_delay) refuses no client and loses no byte;
-- killing one loses only its own sessions: the others' bytes arrive whole.
+  shutdown_delay) withdraws its route before it stops accepting: no client
+  refused, no byte lost;
+- killing one (sluice alone, or the whole machine, when only BGP's hold
+  time can tell) withdraws it within the hold time and loses only its own
+  sessions; once back, it takes new clients;
+- ExaBGP's healthcheck program, in BIRD's place, announces and withdraws
+  alike.
 
 Every loop is bounded, and traffic goes only to addresses inside the
 test's namespaces or to loopback."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import http.client
 import itertools
@@ -34,9 +44,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -184,37 +196,32 @@ def _unavailable() -> str | None:
     why = netns.unavailable()
     if why:
         return why
-    # A resilient nexthop group (Linux 5.13) on a veth pair between two namespaces.
-    tag = f"slmi-probe-{os.getpid()}"
-    made = []
-    try:
-        for n in ("a", "b"):
-            netns.run("ip", "netns", "add", f"{tag}{n}")
-            made.append(f"{tag}{n}")
-        netns.run("ip", "-n", f"{tag}a", "link", "add", "p0", "type", "veth", "peer", "name", "p1",
-                  "netns", f"{tag}b")
-        netns.run("ip", "-n", f"{tag}a", "link", "set", "p0", "up")
-        netns.run("ip", "-n", f"{tag}b", "link", "set", "p1", "up")
-        netns.run("ip", "-n", f"{tag}a", "addr", "add", "10.0.1.1/24", "dev", "p0")
-        netns.run("ip", "-n", f"{tag}a", "nexthop", "add", "id", "1", "via", "10.0.1.2", "dev", "p0")
-        netns.run("ip", "-n", f"{tag}a", "nexthop", "add", "id", "2", "group", "1", "type", "resilient",
-                  "buckets", "8")
-    except (netns.NetnsError, OSError, subprocess.TimeoutExpired) as e:
-        return f"resilient nexthop groups (ip nexthop ... type resilient) do not work here: {e}"
-    finally:
-        for n in made:
-            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=netns.COMMAND_TIMEOUT)
+    for tool in ("curl",):
+        if not shutil.which(tool):
+            return f"{tool} is not installed (tools/setup.sh installs it)"
+    return None
+
+
+def _bird_missing() -> str | None:
+    if NETNS_REASON:
+        return NETNS_REASON
+    for tool in ("bird", "birdc"):
+        if not shutil.which(tool):
+            return f"{tool} is not installed (tools/setup.sh installs bird2)"
     return None
 
 
 NETNS_REASON = _unavailable()
-needs_netns = pytest.mark.skipif(NETNS_REASON is not None, reason=NETNS_REASON or "")
+BIRD_REASON = _bird_missing()
+needs_netns = pytest.mark.skipif(BIRD_REASON is not None, reason=BIRD_REASON or "")
 
+RECIPES = Path(__file__).resolve().parents[2] / "docs" / "recipes" / "bgp"
 VIP = "10.0.100.1"          # the service address every instance holds
 PORT = 7000                 # the service port (inside the test's own namespaces)
 HASH_PORT = 7001
-GROUP = 100                 # the router's resilient nexthop group
-BUCKETS = 32
+ADMIN_PORT = 9090           # each instance's admin API, on its own namespace's loopback
+HOLD_S = 3.0                # the BGP hold time in docs/recipes/bgp/bird-*.conf
+WATCH_INTERVAL = "0.5"      # how often sluice-bird-ready asks GET /ready
 SERVERS_IP = "10.0.9.2"
 CLIENT_IP = "10.0.0.2"
 KEY_IPS = [f"10.0.0.{i}" for i in range(10, 40)]   # more client addresses: hash keys
@@ -225,15 +232,59 @@ def instance_ip(k: int) -> str:
     return f"10.0.{k}.2"
 
 
+class Daemon:
+    """A process started inside one of the topology's namespaces, its output
+    in `log`; stopped by its PID."""
+
+    def __init__(self, topo: "Topology", role: str, argv: list[str], env: dict[str, str] | None = None,
+                 cwd: str | None = None):
+        target = f"/var/run/netns/{topo.ns[role]}"
+
+        def enter():
+            fd = os.open(target, os.O_RDONLY)
+            netns._setns(fd)
+            os.close(fd)
+
+        self.argv = argv
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, preexec_fn=enter, cwd=cwd,
+                                     env={**os.environ, **(env or {})})
+        self.log = harness.LineLog(self.proc.stdout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.log.join()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(harness.EVENT_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.join()
+
+
+def instance_bird_conf(k: int) -> str:
+    """docs/recipes/bgp/bird-instance.conf (written for instance 1) for instance k."""
+    text = (RECIPES / "bird-instance.conf").read_text()
+    return text.replace("10.0.1.2", instance_ip(k)).replace("10.0.1.1", f"10.0.{k}.1")
+
+
 class Topology:
-    """client -- router ==ECMP==> instance 1..n; router -- servers."""
+    """client -- router ==ECMP (BIRD)==> instance 1..n; router -- servers."""
 
     def __init__(self, n: int):
         tag = f"{os.getpid()}-{next(_ids)}"
         self.n = n
         self.ns = {role: f"sluice-mi-{tag}-{role}" for role in ["c", "r", "s"] + [f"i{k}" for k in range(1, n + 1)]}
         self.made: list[str] = []
-        self.in_group = list(range(1, n + 1))
+        self.daemons: dict[str, Daemon] = {}
+        # BIRD's control sockets: a short path (a socket's path has a limit).
+        self.run_dir = tempfile.mkdtemp(prefix="slbgp-")
 
     def ip(self, role: str, *argv: str) -> None:
         netns.run("ip", "-n", self.ns[role], *argv)
@@ -247,7 +298,7 @@ class Topology:
             self.ip(role, "addr", "add", addr, "dev", ifname)
             self.ip(role, "link", "set", ifname, "up")
 
-    def create(self) -> "Topology":
+    def create(self, pin_flows: bool = True) -> "Topology":
         for role, name in self.ns.items():
             netns.run("ip", "netns", "add", name)
             self.made.append(name)
@@ -266,26 +317,67 @@ class Topology:
             self.link(f"i{k}", "i0", f"{instance_ip(k)}/24", "r", f"ri{k}", f"10.0.{k}.1/24")
             self.ip(f"i{k}", "route", "add", "default", "via", f"10.0.{k}.1")
             self.ip(f"i{k}", "addr", "add", f"{VIP}/32", "dev", "lo")
-            self.ip("r", "nexthop", "add", "id", str(k), "via", instance_ip(k), "dev", f"ri{k}")
-        self.set_group({k: 1 for k in self.in_group}, add=True)
-        self.ip("r", "route", "add", f"{VIP}/32", "nhid", str(GROUP))
+        if pin_flows:
+            # Written for the docs' three instances.
+            assert self.n == 3, self.n
+            netns.run("ip", "netns", "exec", self.ns["r"], "sh", str(RECIPES / "router-pin-flows.sh"))
+        self.start_bird("r", (RECIPES / "bird-router.conf").read_text())
         return self
 
-    def set_group(self, weights: dict[int, int], add: bool = False) -> None:
-        """The group's members and weights. A member whose weight drops keeps
-        the buckets that carry traffic until they are idle for a second; a
-        member taken out loses its buckets at once; either way the others
-        keep theirs (that is what `resilient` buys)."""
-        group = "/".join(f"{k},{w}" for k, w in sorted(weights.items()))
-        self.ip("r", "nexthop", "add" if add else "replace", "id", str(GROUP), "group", group,
-                "type", "resilient", "buckets", str(BUCKETS), "idle_timer", "1", "unbalanced_timer", "0")
-        self.in_group = sorted(weights)
+    def start_bird(self, role: str, conf: str) -> Daemon:
+        path = Path(self.run_dir) / f"{role}.conf"
+        path.write_text(conf)
+        d = Daemon(self, role, ["bird", "-f", "-c", str(path), "-s", self.bird_socket(role),
+                                "-P", str(Path(self.run_dir) / f"{role}.pid")])
+        self.daemons[f"bird-{role}"] = d
+        return d
 
-    def buckets_of(self, k: int) -> int:
-        res = subprocess.run(["ip", "-n", self.ns["r"], "-j", "nexthop", "bucket", "show", "id", str(GROUP)],
+    def bird_socket(self, role: str) -> str:
+        return str(Path(self.run_dir) / f"{role}.ctl")
+
+    def start_bgp(self, k: int) -> None:
+        """BIRD and sluice-bird-ready on instance k."""
+        role = f"i{k}"
+        self.start_bird(role, instance_bird_conf(k))
+        self.daemons[f"ready-{role}"] = Daemon(
+            self, role, ["sh", str(RECIPES / "sluice-bird-ready")],
+            env={"SLUICE_READY_URL": f"http://127.0.0.1:{ADMIN_PORT}/ready", "BIRD_SOCKET": self.bird_socket(role),
+                 "INTERVAL": WATCH_INTERVAL})
+
+    def kill_bgp(self, k: int) -> None:
+        for name in (f"ready-i{k}", f"bird-i{k}"):
+            self.daemons.pop(name).kill()
+
+    def drop_everything(self, role: str) -> None:
+        """Every packet into or out of the namespace is lost from now on: a
+        machine that lost power sends no FIN, no RST, no BGP notification."""
+        netns.run("ip", "netns", "exec", self.ns[role], "nft", "-f", "-", input_text=(
+            "table inet fault {\n"
+            "  chain in { type filter hook input priority 0; policy drop; }\n"
+            "  chain out { type filter hook output priority 0; policy drop; }\n"
+            "}\n"))
+
+    def undrop(self, role: str) -> None:
+        netns.run("ip", "netns", "exec", self.ns[role], "nft", "delete", "table", "inet", "fault")
+
+    def paths(self) -> set[str]:
+        """The next hops of the router's route to the service address."""
+        res = subprocess.run(["ip", "-n", self.ns["r"], "-j", "route", "show", f"{VIP}/32"],
                              capture_output=True, text=True, timeout=netns.COMMAND_TIMEOUT)
         assert res.returncode == 0, res.stderr
-        return sum(1 for b in json.loads(res.stdout or "[]") if b["bucket"]["nhid"] == k)
+        hops = set()
+        for r in json.loads(res.stdout or "[]"):
+            if "gateway" in r:
+                hops.add(r["gateway"])
+            for h in r.get("nexthops", []):
+                hops.add(h["gateway"])
+        return hops
+
+    def wait_paths(self, pred, what: str, timeout: float) -> float:
+        """Seconds until pred(paths()) holds (polled every 50 ms)."""
+        t0 = time.monotonic()
+        harness.wait_until(lambda: pred(self.paths()), timeout=timeout, interval=0.05, what=what)
+        return time.monotonic() - t0
 
     def entered(self, role: str):
         ns = netns.Namespace.__new__(netns.Namespace)
@@ -294,12 +386,16 @@ class Topology:
 
     def destroy(self) -> list[str]:
         problems = []
+        for d in self.daemons.values():
+            d.stop()
+        self.daemons = {}
         for name in self.made:
             res = subprocess.run(["ip", "netns", "del", name], capture_output=True, text=True,
                                  timeout=netns.COMMAND_TIMEOUT)
             if res.returncode != 0:
                 problems.append(f"ip netns del {name}: {res.stderr.strip()}")
         self.made = []
+        shutil.rmtree(self.run_dir, ignore_errors=True)
         return problems
 
 
@@ -349,7 +445,8 @@ class NsSluice(AdminSluice):
 
 @pytest.fixture
 def cluster(tmp_path, backends):
-    """make(n) -> (Topology, [NsSluice], servers): n instances behind ECMP."""
+    """make(n) -> (Topology, [NsSluice], servers): n instances behind the
+    router, each announcing the service address with BIRD while ready."""
     topos: list[Topology] = []
     started: list[NsSluice] = []
 
@@ -370,11 +467,15 @@ def cluster(tmp_path, backends):
             workdir.mkdir()
             s = NsSluice(workdir, "", [l["name"] for l in lst], name=f"i{k}", access_log=workdir / "access.log")
             s.topo, s.role = topo, f"i{k}"
-            s.admin_table = {"listen": "127.0.0.1:0"}
+            s.admin_table = {"listen": f"127.0.0.1:{ADMIN_PORT}"}
             s.global_ = dict({"shutdown_timeout": "3s"}, **(global_ or {}))
             s.config_path.write_text(s.render(lst, ups))
             started.append(s)
             insts.append(s.start())
+            topo.start_bgp(k)
+        want = {instance_ip(k) for k in range(1, n + 1)}
+        took = topo.wait_paths(lambda p: p == want, f"the router's route through all {n} instances", timeout=60)
+        print(f"\nBGP: the router has a path through each of the {n} instances {took:.1f} s after the last start")
         return topo, insts, named
 
     yield make
@@ -520,18 +621,6 @@ def wait_sessions(load: Load, more: int, timeout: float = 30.0) -> None:
     harness.wait_until(lambda: load.count() >= want, timeout=timeout, what=f"{more} more client sessions")
 
 
-def take_out(topo: Topology, inst: NsSluice, k: int) -> None:
-    """What the front tier does once an instance's /ready says 503: lower its
-    weight so that its buckets move as they go idle (sessions in flight keep
-    theirs), then, once none is left, take it out of the group."""
-    harness.wait_until(lambda: not inst.ready(), what=f"i{k} not ready")
-    weights = {m: (1 if m == k else 255) for m in topo.in_group}
-    topo.set_group(weights)
-    harness.wait_until(lambda: topo.buckets_of(k) == 0, timeout=60, interval=0.2,
-                       what=f"the router's buckets to move off i{k}")
-    topo.set_group({m: 1 for m in topo.in_group if m != k})
-
-
 @needs_netns
 def test_hashed_keys_reach_the_same_server_through_any_instance(cluster):
     topo, insts, _ = cluster(3)
@@ -574,7 +663,10 @@ def status_in(s: NsSluice) -> dict:
 @needs_netns
 @pytest.mark.parametrize("how", ["healthcheck_fail", "sigterm_shutdown_delay"])
 def test_taking_an_instance_out_refuses_no_client(cluster, how):
-    global_ = {"shutdown_delay": "5m"} if how == "sigterm_shutdown_delay" else {}
+    # With shutdown_delay the instance stops accepting on its own once the
+    # delay is over: its route must be gone by then. Its live sessions then
+    # get shutdown_timeout, long enough here for the long ones to finish.
+    global_ = {"shutdown_delay": "4s", "shutdown_timeout": "60s"} if how == "sigterm_shutdown_delay" else {}
     topo, insts, _ = cluster(3, global_=global_)
     out = insts[1]
     # Long sessions through every instance, moving bytes all along.
@@ -587,34 +679,49 @@ def test_taking_an_instance_out_refuses_no_client(cluster, how):
     with Load(topo) as load:
         wait_sessions(load, 30)
         assert set(load.per_instance) == {instance_ip(k) for k in (1, 2, 3)}, load.per_instance
+        t0 = time.monotonic()
         if how == "healthcheck_fail":
             code, doc = out.admin("POST", "/healthcheck/fail")
             assert code == 200, doc
         else:
             out.signal(signal.SIGTERM)
             out.log.wait_for(r"received SIGTERM: not ready", timeout=5)
-        take_out(topo, out, 2)
+        topo.wait_paths(lambda p: instance_ip(2) not in p, "the router to withdraw i2's route", timeout=30)
+        withdrawn = time.monotonic() - t0
+        # Withdrawn while the instance still accepts.
+        assert not out.log.matches(r"shutdown_delay over: graceful stop begins"), "withdrawn only after the delay"
+        assert out.running()
         wait_sessions(load, 4)  # the sessions under way while it left have ended
         before = dict(load.per_instance)
         wait_sessions(load, 30)
         # Nothing new reaches the instance taken out.
         assert load.per_instance.get(instance_ip(2)) == before.get(instance_ip(2)), load.per_instance
-        # Its own long sessions, if any kept their buckets, end on their own;
-        # then it stops.
+        # Its own long sessions keep their path (the router pins each flow)
+        # and end on their own; then it stops.
         for c in long:
             c.join(120)
-        # With shutdown_delay this is the second SIGTERM: no need to wait out the delay.
-        out.signal(signal.SIGTERM)
-        assert out.wait_exit(timeout=harness.EVENT_TIMEOUT) == 0
+        if how == "healthcheck_fail":
+            out.signal(signal.SIGTERM)
+        assert out.wait_exit(timeout=harness.EVENT_TIMEOUT * 2) == 0
         wait_sessions(load, 20)
+    assert load.refused == 0, f"{load.refused} client(s) refused"
     assert not load.failures, f"{len(load.failures)} of {load.count()} sessions failed: {load.failures[:5]}"
     bad = [(c.instance, repr(c.error)) for c in long if not c.whole]
     assert not bad, f"long sessions lost bytes: {bad}"
-    print(f"\n{load.ok} short sessions and {len(long)} long ones, all whole; per instance: {load.per_instance}")
+    via_out = sum(1 for c in long if c.instance == instance_ip(2))
+    print(f"\n{how}: i2's route withdrawn {withdrawn:.2f} s after it turned not ready (checked every "
+          f"{WATCH_INTERVAL} s); {load.ok} short sessions and {len(long)} long ones ({via_out} through i2), "
+          f"none refused, none short of a byte; per instance: {load.per_instance}")
 
 
 @needs_netns
-def test_killing_an_instance_loses_only_its_own_sessions(cluster):
+@pytest.mark.parametrize("what", ["sluice", "machine"])
+def test_killing_an_instance_loses_only_its_own_sessions(cluster, what):
+    """`sluice`: the process is killed and its machine goes on: the watcher's
+    next GET /ready gets no answer and BIRD withdraws the route. `machine`:
+    sluice, BIRD and the watcher are killed and the machine sends nothing
+    more (no FIN, no RST, no notification): the router withdraws the route
+    when the BGP hold time runs out."""
     topo, insts, _ = cluster(3)
     victim = insts[2]
     long: list[Client] = []
@@ -633,11 +740,28 @@ def test_killing_an_instance_loses_only_its_own_sessions(cluster):
     assert through(3) >= 3 and len(long) - through(3) >= 3, [c.instance for c in long]
     for c in long:
         c.go.set()
+    t0, wall0 = time.monotonic(), time.time()
+    if what == "machine":
+        topo.drop_everything("i3")
+        topo.kill_bgp(3)
     victim.proc.kill()
     victim.proc.wait(5)
-    # The front tier notices (its probe of /ready gets no answer) and takes
-    # the instance out; with a resilient group the others' buckets stay.
-    topo.set_group({m: 1 for m in topo.in_group if m != 3})
+    topo.wait_paths(lambda p: instance_ip(3) not in p, "the router to withdraw i3's route", timeout=HOLD_S * 4 + 10)
+    withdrawn = time.monotonic() - t0
+    expiry = ""
+    if what == "machine":
+        # When the router's BIRD gave up on i3, by its own log's clock: the
+        # hold time after the last keepalive it had, so at most the hold
+        # time after the machine went silent (a busy machine may run
+        # BIRD's timer a little late).
+        m = topo.daemons["bird-r"].log.wait_for(
+            r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) <RMT> i3: Error: Hold timer expired", timeout=5)
+        at = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp() - wall0
+        assert at <= HOLD_S + 1.0, f"the router's hold timer expired {at:.2f} s after i3 went silent"
+        expiry = f"the router's hold timer expired {at:.2f} s after the machine went silent; "
+    # Within the hold time (the watcher is faster when the machine lives);
+    # the kernel's route follows BIRD's decision at once.
+    assert withdrawn <= HOLD_S * 2, f"withdrawn after {withdrawn:.1f} s, hold time {HOLD_S:.0f} s"
     for c in long:
         c.join(120)
     own = [c for c in long if c.instance == instance_ip(3)]
@@ -650,7 +774,78 @@ def test_killing_an_instance_loses_only_its_own_sessions(cluster):
         wait_sessions(load, 30)
     assert not load.failures, load.failures[:5]
     assert set(load.per_instance) == {instance_ip(1), instance_ip(2)}, load.per_instance
-    print(f"\nkilled i3: lost its {len(own)} session(s); {len(others)} on the others arrived whole")
+
+    # It comes back, and takes new clients.
+    t1 = time.monotonic()
+    if what == "machine":
+        topo.undrop("i3")
+        topo.start_bgp(3)
+    victim.start()
+    back = topo.wait_paths(lambda p: instance_ip(3) in p, "i3's route to come back", timeout=60)
+    back = time.monotonic() - t1
+    with Load(topo) as load:
+        wait_sessions(load, 30)
+        harness.wait_until(lambda: instance_ip(3) in load.per_instance, timeout=60,
+                           what="a new client through i3")
+    assert not load.failures, load.failures[:5]
+    print(f"\nkilled i3 ({what}): {expiry}route gone from the router's table after {withdrawn:.2f} s (hold time "
+          f"{HOLD_S:.0f} s); lost its "
+          f"own {len(own)} session(s), 0 of the {len(others)} on the others; back {back:.1f} s after its "
+          f"restart, new clients per instance: {load.per_instance}")
+
+
+@pytest.mark.skipif(BIRD_REASON is not None or shutil.which("exabgp") is None,
+                    reason=BIRD_REASON or "exabgp is not installed (tools/setup.sh installs it)")
+def test_exabgp_healthcheck_announces_while_ready(tmp_path, backends):
+    """docs/recipes/bgp/exabgp.conf on one instance, the router's BIRD as
+    in the other tests: the route follows GET /ready."""
+    topo = Topology(1)
+    inst: NsSluice | None = None
+    try:
+        topo.create(pin_flows=False)
+        with topo.entered("s"):
+            echo = backends(peer_echo_handler, name="echo", host=SERVERS_IP)
+        lst = [listener("svc", "echo", listen=f"0.0.0.0:{PORT}")]
+        inst = NsSluice(tmp_path, "", ["svc"], name="i1", access_log=tmp_path / "access.log")
+        inst.topo, inst.role = topo, "i1"
+        inst.admin_table = {"listen": f"127.0.0.1:{ADMIN_PORT}"}
+        inst.global_ = {"shutdown_timeout": "3s"}
+        inst.config_path.write_text(inst.render(lst, {"echo": upstream(echo)}))
+        inst.start()
+        conf = Path(topo.run_dir) / "exabgp.conf"
+        conf.write_text((RECIPES / "exabgp.conf").read_text())
+        # No command pipes for its CLI; the rest as installed.
+        topo.daemons["exabgp"] = Daemon(topo, "i1", ["exabgp", str(conf)],
+                                        env={"exabgp.api.cli": "false", "exabgp.log.destination": "stdout",
+                                             "exabgp.daemon.user": "root"},
+                                        cwd=topo.run_dir)
+        topo.wait_paths(lambda p: p == {instance_ip(1)}, "ExaBGP's announcement", timeout=60)
+        c = Client(topo, total=4096, chunk=4096)
+        c.run()
+        assert c.whole and c.instance == instance_ip(1), c.error
+
+        t0 = time.monotonic()
+        code, doc = inst.admin("POST", "/healthcheck/fail")
+        assert code == 200, doc
+        topo.wait_paths(lambda p: not p, "ExaBGP's withdrawal", timeout=30)
+        withdrawn = time.monotonic() - t0
+        t1 = time.monotonic()
+        code, doc = inst.admin("POST", "/healthcheck/ok")
+        assert code == 200, doc
+        topo.wait_paths(lambda p: p == {instance_ip(1)}, "ExaBGP's announcement again", timeout=30)
+        back = time.monotonic() - t1
+        c = Client(topo, total=4096, chunk=4096)
+        c.run()
+        assert c.whole, c.error
+        print(f"\nExaBGP healthcheck: withdrawn {withdrawn:.2f} s after POST /healthcheck/fail, announced "
+              f"{back:.2f} s after POST /healthcheck/ok (checks every second)")
+    finally:
+        try:
+            if inst is not None:
+                stop_instances([inst])
+        finally:
+            problems = topo.destroy()
+            assert not problems, problems
 
 
 # --------------------------------------------------------------------------
@@ -714,7 +909,7 @@ class VrrpPair(Topology):
         return held[0] if len(held) == 1 else None
 
 
-class Keepalived:
+class Keepalived(Daemon):
     """keepalived (VRRP only) in an instance's namespace; its track_script
     asks that instance's GET /ready with curl."""
 
@@ -745,29 +940,10 @@ vrrp_instance sluice {{
     }}
 }}
 """)
-        target = f"/var/run/netns/{topo.ns[f'i{k}']}"
-
-        def enter():
-            fd = os.open(target, os.O_RDONLY)
-            netns._setns(fd)
-            os.close(fd)
-
-        self.proc = subprocess.Popen(
-            ["keepalived", "--dont-fork", "--log-console", "--vrrp", "-f", str(conf),
-             "-p", str(workdir / "keepalived.pid"), "-r", str(workdir / "vrrp.pid")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=workdir, preexec_fn=enter)
-        self.log = harness.LineLog(self.proc.stdout)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(harness.EVENT_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.join()
+        super().__init__(topo, f"i{k}",
+                         ["keepalived", "--dont-fork", "--log-console", "--vrrp", "-f", str(conf),
+                          "-p", str(workdir / "keepalived.pid"), "-r", str(workdir / "vrrp.pid")],
+                         cwd=str(workdir))
 
 
 @pytest.mark.skipif(KEEPALIVED_REASON is not None, reason=KEEPALIVED_REASON or "")
