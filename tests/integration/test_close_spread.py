@@ -72,17 +72,17 @@ def spread_figures(closed: list[float], start: float, window: float) -> list[int
     return per
 
 
-def assert_spread(closed: list[float], start: float, what: str) -> None:
+def assert_spread(closed: list[float], start: float, what: str, window: float = WINDOW_S) -> None:
     closed = sorted(closed)
-    per = spread_figures(closed, start, WINDOW_S)
-    avg = len(closed) / WINDOW_S
+    per = spread_figures(closed, start, window)
+    avg = len(closed) / window
     first, last = closed[0] - start, closed[-1] - start
     print(f"\n{what}: {len(closed)} closes from {first:+.2f} s to {last:+.2f} s of the window; per second: "
           f"{per[:-1]} (average {avg:.0f}, peak {max(per[:-1])}), after the window: {per[-1]}")
     # Not before the deadline (a little slack for the clocks of two processes).
     assert first > -0.25, f"a session was closed {-first:.2f} s before the deadline"
     # None after the window (a busy machine may report the last ones late).
-    assert last < WINDOW_S + LATE_S, f"the last close came {last:.2f} s into a {WINDOW_S:.0f} s window"
+    assert last < window + LATE_S, f"the last close came {last:.2f} s into a {window:.0f} s window"
     # Spread: every second of the window has some, none holds more than a few times the average.
     assert min(per[:-1]) > 0, f"a second of the window had no close: {per}"
     assert max(per[:-1]) <= PEAK_FACTOR * avg, f"closes bunched: {per} (average {avg:.0f})"
@@ -160,6 +160,28 @@ def test_a_removed_server_closes_its_sessions_over_close_spread_after_drain_time
         assert harness.exchange(*s.addr(), b"still here") == b"still here"
     finally:
         other.stop()
+
+
+def test_on_down_drain_closes_over_close_spread_after_drain_timeout(sluice, echo_backend, backends):
+    n, window = 300, 3.0
+    check = backends(name="check")  # the check probes this port; stopping it fails the checks only
+    health = {"type": "tcp", "port": check.port, "interval": "100ms", "fall": 1, "on_down": "drain"}
+    s = sluice([listener(splice="off")], {"up": upstream(echo_backend.address, drain_timeout="1s", health=health)},
+               global_={"workers": 2, "close_spread": f"{window:.0f}s"}, nofile=4 * n + 200)
+    holder = Holder(s.addr(), n, seconds=60)
+    try:
+        check.stop()
+        s.log.wait_for(r"down \(on_down = drain\): its \d+ session\(s\) end after drain_timeout 1s")
+        t_down = time.monotonic()
+        res = holder.result()
+    finally:
+        holder.kill()
+    assert res["open"] == 0
+    # The log line comes a moment after the drain's timer started: the
+    # window is measured from the line, with the usual slack before it.
+    assert_spread(res["closed"], t_down + 1.0, "server down (on_down = drain), drain_timeout 1s then close_spread 3s",
+                  window=window)
+    assert {r["cause"] for r in s.access_records()} == {"server_down"}
 
 
 def test_a_second_signal_during_the_spread_closes_the_rest_at_once(sluice, echo_backend):
