@@ -160,6 +160,22 @@ bool HealthChecker::arbitrate(Target& t) {
     }
   }
   if (!t.says_primary() || t.state()->fenced()) return false;
+  // A server waiting behind this one is weighed again against this newer
+  // reading: a rule may have waited for it (MySQL's GTID containment).
+  if (t.state()->active_state() == ActiveState::up) {
+    for (Target* w : pool) {
+      if (w == &t || w->state()->fence_kind() != FenceKind::waiting || !w->says_primary() ||
+          w->state()->fenced_by() != t.state()->address.text) {
+        continue;
+      }
+      const health::Verdict v = health::judge(t.config().type, t.facts(), w->facts(), true);
+      if (v.winner != health::Winner::newcomer) continue;
+      w->state()->unfence("a newer reading of " + t.state()->address.text + " shows " + v.why);
+      fence(t, v.loser, *w, v.why);
+      serves_again(w->state());
+      return false;
+    }
+  }
   // Its rival: another primary not fenced, the one serving first.
   Target* rival = nullptr;
   for (Target* r : pool) {

@@ -79,6 +79,8 @@ class HealthChecker {
   void retire(std::unique_ptr<health::Target> target);
   void maybe_stopped();
   double uniform();  // [0, 1)
+  // The next reading's number (RoleFacts::reading): increasing.
+  std::uint64_t next_reading() { return ++readings_; }
   // `role_changed`: the server answered with another role than it had.
   void reported_down(health::Target& target, bool role_changed);
   // One writer, after `target`'s check read its role: lifts the fences that
@@ -97,6 +99,7 @@ class HealthChecker {
   std::function<void()> stopped_;
   bool stopping_ = false;
   std::mt19937_64 rng_;
+  std::uint64_t readings_ = 0;
 };
 
 }  // namespace sluice

@@ -75,6 +75,13 @@ Verdict judge_redis(const RoleFacts& incumbent, const RoleFacts& newcomer) {
 Verdict judge_mysql(const RoleFacts& incumbent, const RoleFacts& newcomer, bool serving) {
   const std::optional<bool> new_has_all =
       newcomer.gtid.empty() ? std::nullopt : gtid_contains(newcomer.gtid, incumbent.gtid);
+  if (new_has_all == true && serving && incumbent.reading < newcomer.reading) {
+    // The serving one's position is older than the newcomer's: it may have
+    // taken writes since. The newcomer waits for a newer reading of it.
+    return {Winner::incumbent, FenceKind::waiting,
+            "the serving one keeps serving until a reading of it taken after the newcomer's shows that the "
+            "newcomer's GTID position (" + newcomer.gtid + ") contains its own (" + incumbent.gtid + ", read earlier)"};
+  }
   if (new_has_all == true) {
     return {Winner::newcomer, FenceKind::lost,
             "its GTID position (" + newcomer.gtid + ") contains the other's (" + incumbent.gtid + ")"};

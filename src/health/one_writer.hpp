@@ -30,6 +30,10 @@ struct RoleFacts {
   // MySQL/MariaDB: the GTID position (MariaDB's gtid_current_pos, MySQL's
   // gtid_executed); empty when unknown.
   std::string gtid;
+  // The order in which the checker took this reading (later is larger; 0
+  // when unknown). A position read before the rival's says nothing about
+  // writes taken since.
+  std::uint64_t reading = 0;
 };
 
 // Does this check want the primary (so that at most one server may serve)?

@@ -130,7 +130,10 @@ void Target::on_result(Probe::Verdict verdict, std::string reason) {
   // The last answer's facts stay when a check does not answer: a timeout
   // is not a demotion (see says_primary).
   answered_ = probe_->facts().answered;
-  if (answered_) facts_ = probe_->facts();
+  if (answered_) {
+    facts_ = probe_->facts();
+    facts_.reading = owner_.next_reading();
+  }
   state_->set_role(answered_ ? facts_.role : std::string(), answered_ ? facts_.lag_seconds : std::nullopt);
   // The server answered, with another role than the one wanted: standby,
   // not down. Lag and replication failures are not such an answer.

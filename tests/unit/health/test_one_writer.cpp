@@ -107,6 +107,21 @@ TEST_CASE("mysql: the serving one keeps serving unless the newcomer has all it h
   CHECK(judge_mysql(mysql("0-1-100,1-1-9"), mysql("0-1-90,1-1-10"), false).winner == Winner::neither);
 }
 
+TEST_CASE("mysql: a newcomer takes over only from a reading of the serving one newer than its own") {
+  RoleFacts serving = mysql("0-1-6");
+  RoleFacts newcomer = mysql("0-1-6");
+  serving.reading = 1;  // read before the newcomer turned writable: it may have taken writes since
+  newcomer.reading = 2;
+  Verdict v = judge_mysql(serving, newcomer, true);
+  CHECK(v.winner == Winner::incumbent);
+  CHECK(v.loser == FenceKind::waiting);
+  CHECK(v.why.rfind("the serving one keeps serving", 0) == 0);
+  serving.reading = 3;  // read again: still no more than the newcomer has
+  CHECK(judge_mysql(serving, newcomer, true).winner == Winner::newcomer);
+  serving.gtid = "0-1-7";  // it took a write the newcomer lacks
+  CHECK(judge_mysql(serving, newcomer, true).winner == Winner::incumbent);
+}
+
 TEST_CASE("GTID positions: MariaDB domains and MySQL interval sets") {
   CHECK(gtid_contains("0-1-100", "0-1-100") == true);
   CHECK(gtid_contains("0-2-101", "0-1-100") == true);
