@@ -10,8 +10,9 @@ busy time of the whole machine (/proc/stat) over the same work, so that cost
 moved into the kernel or onto the peers still shows. Ratios sluice/HAProxy
 and sluice/nginx are printed next to them.
 
---latency and --storm replace the loads with open-loop latency at fixed
-offered rates and with changes under load (tools/openloop.py).
+--latency, --storm and --capacity replace the loads with open-loop latency
+at fixed offered rates, changes under load, and the highest rate each system
+serves within a p99 bound (tools/openloop.py).
 
 The script builds nothing: point it at a sluice binary and a loadgen binary.
 It only ever signals processes it started itself, by PID.
@@ -219,6 +220,20 @@ def steal_seconds():
     """Time the host gave this machine's CPUs to others while they wanted to
     run, since boot, all cores summed."""
     return machine_cpu_ticks()[7] / CLK_TCK
+
+
+def listen_queue_counters():
+    """The machine's TcpExt ListenOverflows (a SYN or a completed handshake
+    dropped because a listening socket's accept queue was full) and
+    ListenDrops (every drop at a listening socket, overflows included),
+    since boot (/proc/net/netstat)."""
+    with open("/proc/net/netstat") as f:
+        lines = f.read().splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], (int(v) for v in values.split()[1:])))
+            return {"overflows": table.get("ListenOverflows", 0), "drops": table.get("ListenDrops", 0)}
+    return {"overflows": 0, "drops": 0}
 
 
 def free_port():
@@ -1545,10 +1560,14 @@ def parse_args():
     ap.add_argument("--storm", action="store_true",
                     help="instead of the loads: latency, errors and memory under a steady half load "
                          "while the configuration changes every second (tools/openloop.py)")
+    ap.add_argument("--capacity", action="store_true",
+                    help="instead of the loads: for each system the highest offered rate whose p99 "
+                         "stays under 1 ms and under 10 ms, short connections and keep-alive "
+                         "(tools/openloop.py)")
     ap.add_argument("--realtime", action="store_true",
                     help="--latency/--storm: run proxies, generator and backends under SCHED_RR "
                          "(needs the privilege; for a machine busy with other work)")
-    ap.add_argument("--step-seconds", type=float, help="--latency: seconds per offered rate")
+    ap.add_argument("--step-seconds", type=float, help="--latency/--capacity: seconds per offered rate")
     ap.add_argument("--storm-seconds", type=float, help="--storm: seconds of changes per run")
     args = ap.parse_args()
     if args.quick:
@@ -1559,7 +1578,7 @@ def parse_args():
         args.systems.insert(1, "sluice-base")
     bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in VARIANT_SYSTEMS
            and s != NGINX_HALF_CLOSE and s not in PEER_VARIANTS
-           and not (s == "direct" and (args.latency or args.storm))
+           and not (s == "direct" and (args.latency or args.storm or args.capacity))
            and not (s == "sluice-base" and args.sluice_base)] + \
           [l for l in args.load_list if l not in ALL_LOADS]
     if bad:
@@ -1622,7 +1641,7 @@ def main():
                 **{name: args.nginx if name.startswith("nginx") else args.haproxy for name in PEER_VARIANTS}}
     if args.pin_loadgen:
         LOADGEN_PREFIX[:] = ["taskset", "-c", args.pin_loadgen]
-    if args.latency or args.storm:
+    if args.latency or args.storm or args.capacity:
         import openloop
         return openloop.main(sys.modules[__name__], args, binaries)
     profile = PROFILES[args.profile]

@@ -5,7 +5,12 @@
 scale. Then every system -- sluice, HAProxy, nginx and the backend reached
 directly -- gets the same fixed offered rates, 25, 50, 75 and 90 % of that,
 from `loadgen open`, which times each request from when it was due (no
-coordinated omission). p50, p99 and p99.9 per system and rate.
+coordinated omission). p50, p99 and p99.9 per system and rate, and the
+listen-queue overflows (SYNs dropped) during each system's segments.
+
+--capacity: for each system, the highest offered rate whose p99 stays under
+1 ms and under 10 ms, short connections and keep-alive: one grid of rates
+for every system, climbing until each has missed 10 ms twice.
 
 --storm: a steady half load (keep-alive requests at 25 % of the slowest
 proxy's highest rate and short connections at 25 % of its highest
@@ -221,6 +226,21 @@ def start_proxies(b, ctx, ports):
     return proxies
 
 
+def timed_segment(b, ctx, kind, port, rate, seconds):
+    """One open-loop segment at `rate`, with the host's steal and the
+    machine's listen-queue drops over it. Systems run one at a time, so the
+    drops are the one under test's (its backends' are the same for all)."""
+    meter = StealMeter(b)
+    queue0 = b.listen_queue_counters()
+    proc = start_open(ctx, kind, port, rate, seconds)
+    r = finish_open(b, proc, seconds + 60)
+    queue1 = b.listen_queue_counters()
+    r["steal"] = meter.stop()
+    r["overflows"] = queue1["overflows"] - queue0["overflows"]
+    r["listen_drops"] = queue1["drops"] - queue0["drops"]
+    return r
+
+
 def run_latency(b, ctx):
     prof = ctx.oprofile
     ports = ctx.backends.echo
@@ -253,15 +273,13 @@ def run_latency(b, ctx):
                     n = (i + rnd + ctx.order_offset) % len(ctx.systems)
                     order = list(ctx.systems[n:]) + list(ctx.systems[:n])
                     for system in order:
-                        meter = StealMeter(b)
-                        proc = start_open(ctx, kind, targets[system], rate, prof["step_s"])
-                        r = finish_open(b, proc, prof["step_s"] + 60)
-                        r["steal"] = meter.stop()
+                        r = timed_segment(b, ctx, kind, targets[system], rate, prof["step_s"])
                         runs[system].append(r)
                         ctx.log(f"{system:8} {kind:4} {frac:4.0%} {rate:8.0f}/s round {rnd + 1}: "
                                 f"p50 {r['p50_us']:.0f} p99 {r['p99_us']:.0f} p99.9 "
                                 f"{r['p999_us']:.0f} µs, errors {r['errors']}, "
-                                f"unfinished {r['unfinished']}, steal {r['steal'] * 1e3:.0f} ms/s")
+                                f"unfinished {r['unfinished']}, SYNs dropped {r['overflows']}, "
+                                f"steal {r['steal'] * 1e3:.0f} ms/s")
                         if system != "direct" and not proxies[system].alive():
                             raise b.BenchError(f"{system} exited: " + b.tail(proxies[system].log))
                 clean = clean_rounds([[runs[s][k] for s in ctx.systems]
@@ -287,6 +305,7 @@ def median_run(runs, keep=None):
     out = {k: statistics.median(r[k] for r in kept) for k in PERCENTILES if k in kept[0]}
     out["errors"] = sum(r["errors"] for r in runs)
     out["unfinished"] = sum(r["unfinished"] for r in runs)
+    out["overflows"] = sum(r.get("overflows", 0) for r in runs)
     out["rounds"] = len(runs)
     out["kept"] = len(kept)
     return out
@@ -326,11 +345,12 @@ def print_latency(result, systems):
             continue
         maxes = ", ".join(f"{s} {result['max'][kind][s]:.0f}/s" for s in systems)
         print(f"### {KIND_NAMES[kind]} ({SIZE} B echo)\n")
-        print(f"Closed-loop highest rate: {maxes}.\n")
+        print(f"Closed-loop highest rate: {maxes}. SYNs dropped: the machine's ListenOverflows "
+              "during each system's segments (a full accept queue), summed over every round.\n")
         head = ["load", "rate/s"] + (["rounds kept"] if rounds > 1 else [])
         for s in systems:
             head += [f"{s} p50", f"{s} p99", f"{s} p99.9"]
-        head += ["p99 ratio", "p99.9 ratio", "errors"]
+        head += ["p99 ratio", "p99.9 ratio", "errors", "SYNs dropped"]
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for step in result["steps"][kind]:
@@ -348,8 +368,15 @@ def print_latency(result, systems):
                            + (f" ({spread[0]:.2f}–{spread[1]:.2f})" if spread else ""))
             row.append(", ".join(f"{s} {sy[s]['errors'] + sy[s]['unfinished']}" for s in systems
                                  if s in sy and sy[s]["errors"] + sy[s]["unfinished"]) or "0")
+            row.append(dropped_text(sy, systems))
             print("| " + " | ".join(row) + " |")
         print()
+
+
+def dropped_text(sy, systems):
+    """Listen-queue overflows (SYNs or handshakes dropped) per system, summed
+    over every round."""
+    return ", ".join(f"{s} {sy[s].get('overflows', 0)}" for s in systems if s in sy)
 
 
 def ratio_to_best(sy, key):
@@ -397,6 +424,127 @@ def draw_latency(result, path, title):
     fig.tight_layout()
     fig.savefig(path)
     print(f"bench: chart written to {path}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------
+# --capacity
+
+CAPACITY_BOUNDS_US = (1000, 10000)   # p99 under 1 ms, under 10 ms
+CAPACITY_GRID = tuple(round(0.2 + 0.05 * i, 2) for i in range(21))  # 20 % .. 120 %
+CAPACITY_PAST = 2   # grid rates tried after a system's last pass of the loosest bound
+
+
+def run_capacity(b, ctx):
+    """For each kind, every system's closed-loop highest rate, then one grid
+    of offered rates (fractions of the fastest system's), every system at each
+    rate back to back (--repeat rounds; medians), climbing until every system
+    has missed the loosest bound CAPACITY_PAST times in a row. A system's
+    capacity under a bound is the highest grid rate below which its p99 never
+    went over that bound: what a fleet can be sized by, since a rate that
+    passes only above a failing one is luck."""
+    prof = ctx.oprofile
+    ports = ctx.backends.echo
+    systems = [s for s in ctx.systems if s != "direct"]
+    proxies = start_proxies(b, ctx, ports)
+    result = {"max": {}, "grid": {}, "capacity": {}}
+    try:
+        for kind in KINDS:
+            result["max"][kind] = {}
+            for system in systems:
+                r = _prefixed(b, ctx, [kind, "--target", f"127.0.0.1:{proxies[system].port}",
+                                       "--duration", str(prof["max_s"]), "--concurrency", "32",
+                                       "--size" if kind == "rr" else "--payload", str(SIZE)],
+                              prof["max_s"] + 60)
+                result["max"][kind][system] = r["rate"]
+                ctx.log(f"{system:8} {kind:4} closed-loop max {r['rate']:.0f}/s")
+            top = max(result["max"][kind].values())
+            passing = {s: {bound: True for bound in CAPACITY_BOUNDS_US} for s in systems}
+            capacity = {s: {bound: 0.0 for bound in CAPACITY_BOUNDS_US} for s in systems}
+            misses = {s: 0 for s in systems}
+            grid = []
+            for i, frac in enumerate(CAPACITY_GRID):
+                active = [s for s in systems if misses[s] < CAPACITY_PAST]
+                if not active:
+                    break
+                rate = top * frac
+                runs = {s: [] for s in active}
+                for rnd in range(ctx.repeat):
+                    n = (i + rnd + ctx.order_offset) % len(active)
+                    for system in active[n:] + active[:n]:
+                        r = timed_segment(b, ctx, kind, proxies[system].port, rate, prof["step_s"])
+                        runs[system].append(r)
+                        if not proxies[system].alive():
+                            raise b.BenchError(f"{system} exited: " + b.tail(proxies[system].log))
+                clean = clean_rounds([[runs[s][k] for s in active] for k in range(ctx.repeat)])
+                point = {"fraction": frac, "rate": rate, "systems": {}}
+                for system in active:
+                    m = median_run(runs[system], kept_rounds(clean, ctx.repeat))
+                    point["systems"][system] = m
+                    p99 = m["p99_us"] if not (m["errors"] or m["unfinished"]) else float("inf")
+                    for bound in CAPACITY_BOUNDS_US:
+                        if passing[system][bound] and p99 < bound:
+                            capacity[system][bound] = rate
+                        else:
+                            passing[system][bound] = False
+                    misses[system] = 0 if p99 < CAPACITY_BOUNDS_US[-1] else misses[system] + 1
+                    ctx.log(f"{system:8} {kind:4} {frac:4.0%} {rate:8.0f}/s: p99 {m['p99_us']:.0f} µs, "
+                            f"errors {m['errors'] + m['unfinished']}, SYNs dropped {m['overflows']}")
+                grid.append(point)
+            result["grid"][kind] = grid
+            result["capacity"][kind] = capacity
+    finally:
+        for proxy in proxies.values():
+            proxy.stop()
+    return result
+
+
+def print_capacity(result, systems):
+    systems = [s for s in systems if s != "direct"]
+    print("\n## Capacity: the highest offered rate within a p99 bound\n")
+    print("Open loop, the same grid of offered rates for every system (5 % steps of the fastest "
+          "system's closed-loop highest rate), each system once per rate and round, back to back. "
+          "A system's capacity under a bound is the highest rate below which its p99 never went "
+          "over the bound (a rate with errors counts as over). Ratio = sluice ÷ the best peer "
+          "(1 or more: sluice serves at least as much). SYNs dropped: ListenOverflows at the "
+          "system's capacity within 10 ms and at the next rate up.\n")
+    for kind in KINDS:
+        if kind not in result["capacity"]:
+            continue
+        cap = result["capacity"][kind]
+        print(f"### {KIND_NAMES[kind]} ({SIZE} B echo)\n")
+        head = ["system", "closed-loop max/s"] + [f"p99 < {bound // 1000} ms, /s"
+                                                   for bound in CAPACITY_BOUNDS_US] + ["SYNs dropped"]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for s in systems:
+            if s not in cap:
+                continue
+            row = [s, f"{result['max'][kind][s]:.0f}"]
+            lowest = result["grid"][kind][0]["rate"] if result["grid"][kind] else 0
+            row += [f"{cap[s][bound]:.0f}" if cap[s][bound] > 0 else f"< {lowest:.0f}"
+                    for bound in CAPACITY_BOUNDS_US]
+            row.append(capacity_drops(result["grid"][kind], s, cap[s][CAPACITY_BOUNDS_US[-1]]))
+            print("| " + " | ".join(row) + " |")
+        peers = [p for p in PEERS if p in cap]
+        if "sluice" in cap and peers:
+            ratios = []
+            for bound in CAPACITY_BOUNDS_US:
+                best = max(cap[p][bound] for p in peers)
+                ratios.append(f"p99 < {bound // 1000} ms: "
+                              + (f"{cap['sluice'][bound] / best:.2f}" if best > 0 else "–"))
+            print("\nsluice ÷ the best peer: " + ", ".join(ratios))
+        print()
+
+
+def capacity_drops(grid, system, rate):
+    """ListenOverflows of `system` at `rate` and at the grid rate above it."""
+    out = []
+    for k, point in enumerate(grid):
+        if system in point["systems"] and abs(point["rate"] - rate) < 1e-6:
+            out.append(f"{point['systems'][system]['overflows']}")
+            if k + 1 < len(grid) and system in grid[k + 1]["systems"]:
+                out.append(f"{grid[k + 1]['systems'][system]['overflows']} above")
+    return ", ".join(out) or "–"
 
 
 # --------------------------------------------------------------------------
@@ -756,7 +904,7 @@ def print_storm(results, scale):
 # --------------------------------------------------------------------------
 
 def main(b, args, binaries):
-    """Runs --latency and/or --storm; returns the exit code."""
+    """Runs --latency, --capacity and/or --storm; returns the exit code."""
     ctx = b.Context()
     ctx.oprofile = PROFILES["quick" if args.profile == "quick" else "full"]
     if args.step_seconds:
@@ -792,6 +940,8 @@ def main(b, args, binaries):
         if args.latency:
             out["latency"] = run_latency(b, ctx)
             out["scale"] = out["latency"]["scale"]
+        if args.capacity:
+            out["capacity"] = run_capacity(b, ctx)
         if args.storm:
             if "scale" not in out:
                 out["scale"] = measure_scale(b, ctx)
@@ -818,6 +968,8 @@ def main(b, args, binaries):
         print_latency(out["latency"], ctx.systems)
         if args.chart:
             draw_latency(out["latency"], args.chart, title)
+    if "capacity" in out:
+        print_capacity(out["capacity"], ctx.systems)
     if "storm" in out:
         print_storm(out["storm"], out["scale"])
         out["storm"] = {f"{s}/{c}": r for (s, c), r in out["storm"].items()}
