@@ -1,5 +1,6 @@
 #include "health/mysql_probe.hpp"
 
+#include <errmsg.h>
 #include <mysqld_error.h>
 #include <sys/socket.h>
 
@@ -48,6 +49,34 @@ bool is_gtid_query(const std::string& q) { return q == kMariadbGtid || q == kMys
 
 bool needs_replica_status(const HealthConfig& c) {
   return c.mysql_role == MysqlRole::replica || c.max_lag.count() > 0;
+}
+
+// The only authentication plugins a check logs in with. The server picks
+// the plugin (in its greeting or by an AuthSwitchRequest), and others would
+// hand the password over in clear text (mysql_clear_password, dialog's
+// password question) or have Connector/C read the answer to a server's
+// question from standard input on the control thread (dialog).
+constexpr const char* kAllowedAuth = "mysql_native_password,caching_sha2_password,client_ed25519";
+
+// The plugin a refused login asked for: the AuthSwitchRequest's name (the
+// last packet read), else the one the library's message quotes (the
+// greeting's). Only name characters: it is the server's bytes.
+std::string refused_plugin(MYSQL* mysql) {
+  std::string name;
+  const unsigned char* p = mysql->net.read_pos;
+  if (p != nullptr && p[0] == 0xFE) {
+    name = reinterpret_cast<const char*>(p + 1);  // ma_net_read ends every packet with a NUL
+  } else {
+    const std::string message = mysql_error(mysql);
+    const std::size_t open = message.find('\'');
+    const std::size_t close = open == std::string::npos ? open : message.find('\'', open + 1);
+    if (close != std::string::npos) name = message.substr(open + 1, close - open - 1);
+  }
+  std::string out;
+  for (char c : name.substr(0, 64)) {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.') out += c;
+  }
+  return out.empty() ? "?" : out;
 }
 
 }  // namespace
@@ -119,6 +148,17 @@ void MysqlProbe::begin() {
   mysql_options(mysql_, MYSQL_OPT_NONBLOCK, nullptr);
   const unsigned int tcp = MYSQL_PROTOCOL_TCP;
   mysql_options(mysql_, MYSQL_OPT_PROTOCOL, &tcp);
+  // The library sizes its buffer from a packet's header before the bytes
+  // arrive (up to 1 GiB by default once logged in; 1 MiB during the login):
+  // after the login, a packet over the cap fails at its header.
+  const std::size_t max_packet = kMaxReplyBytes;
+  // Never log in without the plugin restriction: a library that does not
+  // know the option is refused rather than trusted.
+  if (mysql_options(mysql_, MYSQL_OPT_MAX_ALLOWED_PACKET, &max_packet) != 0 ||
+      mysql_options(mysql_, MARIADB_OPT_RESTRICTED_AUTH, kAllowedAuth) != 0) {
+    finish(Verdict::local_error, "this MariaDB Connector/C cannot restrict authentication plugins or packet sizes");
+    return;
+  }
   // The library keeps these pointers until the connect completes.
   host_ = format_ip(reinterpret_cast<const sockaddr*>(&target_.addr));
   step_ = Step::connect;
@@ -343,6 +383,20 @@ void MysqlProbe::next_query_or_finish() {
 }
 
 void MysqlProbe::fail_with_library(const char* what) {
+  if (mysql_errno(mysql_) == CR_PLUGIN_NOT_ALLOWED) {
+    finish(Verdict::fail, "the server asked for authentication plugin \"" + refused_plugin(mysql_) +
+                              "\", which is not allowed (only mysql_native_password, caching_sha2_password, "
+                              "client_ed25519: no plugin may send the password in clear text or read a terminal)");
+    return;
+  }
+  // A packet header over MYSQL_OPT_MAX_ALLOWED_PACKET: the library refuses
+  // to grow its buffer (net.error 1; a failed read is 2) and then reports a
+  // lost connection.
+  const unsigned err = mysql_errno(mysql_);
+  if (err == CR_NET_PACKET_TOO_LARGE || (err == CR_SERVER_LOST && mysql_->net.error == 1)) {
+    finish(Verdict::fail, reply_cap_reason());
+    return;
+  }
   std::string reason = mysql_error(mysql_);
   if (reason.empty()) reason = "connection failed";
   reason = lower_first(reason);

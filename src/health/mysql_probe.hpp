@@ -1,5 +1,7 @@
-// type = "mysql": log in with MariaDB Connector/C's non-blocking API (the
-// server's authentication plugin is the library's business), then read the
+// type = "mysql": log in with MariaDB Connector/C's non-blocking API (with
+// the authentication plugins restricted to those that neither send the
+// password in clear text nor read a terminal, and packets capped at the
+// reply cap before the library buffers them), then read the
 // server's role: `read_only` / `super_read_only` (MySQL; MariaDB has only
 // the first), the replication status when the check needs it (`role =
 // "replica"`, `max_lag`) and, with `galera = true`, the node's wsrep state.
