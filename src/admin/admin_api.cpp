@@ -81,13 +81,6 @@ std::vector<std::string_view> split_path(std::string_view path) {
   return parts;
 }
 
-// Constant-time comparison, so the answer's timing says nothing about the token.
-bool same_token(std::string_view a, std::string_view b) {
-  unsigned diff = a.size() == b.size() ? 0U : 1U;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned>(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
-}
-
 // The body of PUT .../weight: `5` or {"weight": 5}.
 std::optional<long> parse_weight(std::string_view body) {
   try {
@@ -139,6 +132,7 @@ std::optional<std::string> base64_decode(std::string_view in) {
 }
 
 RateLimitedWarning g_unauthorized;
+RateLimitedWarning g_foreign_host;
 
 // The index in `up` of the server `text` names: by the address as the file
 // writes it, or by any text that parses to the same address; -1 when none.
@@ -169,6 +163,8 @@ bool foreign_origin(const Request& req) {
   if (host == req.headers.end()) return true;
   return origin->second != "http://" + host->second && origin->second != "https://" + host->second;
 }
+
+bool changes_something(const Request& req) { return req.method != "GET" && req.method != "HEAD"; }
 
 }  // namespace
 
@@ -222,18 +218,38 @@ std::optional<std::string> presented_token(std::string_view value) {
 }
 
 std::optional<Response> AdminApi::authorize(const Request& req) const {
+  if (std::optional<Response> r = authenticate(req)) return r;
+  if (!changes_something(req)) return std::nullopt;
+  // DNS rebinding: a page whose name now points here sends its own name in
+  // both Host and Origin. Only a name that is ours may change anything.
+  auto host = req.headers.find("host");
+  if (host == req.headers.end() || !host_allowed(host->second, hosts_)) {
+    const std::string named =
+        host == req.headers.end() ? std::string("no Host") : "Host \"" + escape_text(host->second) + "\"";
+    g_foreign_host.warn("admin: refused " + req.method + " " + escape_text(req.path) + " from " + req.peer +
+                        ": " + named + " is not a name of this admin API (a page that points its DNS name here looks "
+                        "like this; list the name in [admin] allowed_hosts if it is yours)");
+    return error(421, named + " is not a name of this admin API: a change must be sent to its address, to "
+                      "localhost, to a literal IP, or to a name listed in [admin] allowed_hosts");
+  }
+  if (foreign_origin(req)) {
+    return error(403, "a request from another site's page is refused (Origin does not match Host)");
+  }
+  return std::nullopt;
+}
+
+std::optional<Response> AdminApi::authenticate(const Request& req) const {
   if (token_.empty()) return std::nullopt;
   // GET /ready needs no token: a front tier's probe (keepalived's curl, a
   // kubelet) learns one bit and should not have to carry the secret, as
   // with HAProxy's monitor-uri. POST /healthcheck/* needs it like any change.
-  if (const auto p = split_path(req.path);
-      p.size() == 1 && p[0] == "ready" && (req.method == "GET" || req.method == "HEAD")) {
+  if (const auto p = split_path(req.path); p.size() == 1 && p[0] == "ready" && !changes_something(req)) {
     return std::nullopt;
   }
   auto it = req.headers.find("authorization");
   if (it != req.headers.end()) {
     const std::optional<std::string> presented = presented_token(it->second);
-    if (presented && same_token(*presented, token_)) return std::nullopt;
+    if (presented && token_.matches(*presented)) return std::nullopt;
   }
   g_unauthorized.warn("admin: unauthorized request from " + req.peer + " (" +
                       escape_text(req.method + " " + req.path) + ")");
@@ -250,9 +266,6 @@ Response AdminApi::handle(const Request& req) {
 
   const std::vector<std::string_view> parts = split_path(req.path);
   const std::string& m = req.method;
-  if (m != "GET" && m != "HEAD" && foreign_origin(req)) {
-    return error(403, "a request from another site's page is refused (Origin does not match Host)");
-  }
   if (parts.empty()) {
     if (m != "GET" && m != "HEAD") return method_not_allowed("GET");
     return page();

@@ -19,7 +19,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "admin/allowed_hosts.hpp"
 #include "admin/http_server.hpp"
+#include "admin/token.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/cause.hpp"
 #include "sluice/dns_status.hpp"
@@ -106,10 +108,16 @@ class AdminApi {
 
   // The token every request must carry (`Authorization: Bearer TOKEN`, or
   // HTTP Basic with the token as the password); empty = no authentication.
-  void set_token(std::string token) { token_ = std::move(token); }
+  void set_token(std::string_view token) { token_ = Token(token); }
 
-  // nullopt when `request` may go on (no token is set, or it carries the
-  // token); otherwise the 401 to answer. Needs only the headers: the HTTP
+  // The names a request that changes something may give in Host (see
+  // allowed_hosts.hpp). Until set: localhost and literal IPs only.
+  void set_allowed_hosts(AllowedHosts hosts) { hosts_ = std::move(hosts); }
+
+  // nullopt when `request` may go on; otherwise the answer that refuses
+  // it: 401 without the token (when one is set), and for a change (any
+  // method but GET and HEAD) 421 when Host is not one of this API's names,
+  // 403 when Origin is another site. Needs only the headers: the HTTP
   // server calls it before it reads a body or sends `100 Continue`.
   std::optional<Response> authorize(const Request& request) const;
 
@@ -122,6 +130,8 @@ class AdminApi {
   void tick(TimePoint now);
 
  private:
+  // The 401 for a request without the token, when one is set.
+  std::optional<Response> authenticate(const Request& request) const;
   Response server_action(const Request& request, std::string_view upstream, std::string_view server,
                          std::string_view action);
   Response upstream_get(const Request& request, std::string_view upstream, std::string_view server);
@@ -131,7 +141,8 @@ class AdminApi {
   nlohmann::json status_with_rates();
 
   AdminHooks hooks_;
-  std::string token_;
+  Token token_;
+  AllowedHosts hosts_;
   RateWindow rates_;
 };
 
