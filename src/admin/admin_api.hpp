@@ -148,10 +148,23 @@ class AdminApi {
 
 // ---- pure functions (unit-tested) ----
 
-// The token an Authorization header value presents: `Bearer TOKEN`, or
+// What an Authorization header value presents: `Bearer TOKEN`, or
 // `Basic BASE64(USER:TOKEN)` with any user name (what a browser sends). The
 // scheme is case-insensitive. nullopt for any other scheme or a malformed value.
+struct Credentials {
+  std::string user;  // Basic's user name; empty for Bearer (or an empty name)
+  std::string token;
+};
+std::optional<Credentials> presented_credentials(std::string_view authorization);
 std::optional<std::string> presented_token(std::string_view authorization);
+
+// Who asked, for the log: "127.0.0.1:51234", or with an HTTP Basic user name
+// `127.0.0.1:51234 as user "ops"` (the name escaped: it is the client's bytes).
+std::string requester(const Request& request);
+
+// The hint for a PUT /config body that failed and has no line break at all:
+// what `curl -d @FILE` sends (it drops them). Empty when there is none to give.
+std::string put_config_hint(std::string_view body);
 
 // One server of `up` as /status shows it (also the answer to server actions).
 nlohmann::json server_json(const Upstream& up, std::size_t index, TimePoint now);

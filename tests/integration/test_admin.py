@@ -985,7 +985,10 @@ def test_token_is_required_when_configured(admin_sluice, backends, tmp_path):
     assert r.status == 401, r
     assert r.headers.get("www-authenticate", "").startswith("Bearer"), r.headers
     r.error()
-    s.log.wait_for(r"admin: unauthorized request from 127\.0\.0\.1:\d+", timeout=5)
+    # No credentials at all is what a browser sends before its login: info.
+    s.log.wait_for(r"\[info\] admin: a request without credentials from 127\.0\.0\.1:\d+", timeout=5)
+    assert request(s, "GET", "/status", token="wrong").status == 401
+    s.log.wait_for(r"\[warning\] admin: unauthorized request from 127\.0\.0\.1:\d+", timeout=5)
     for path in ("/metrics", "/", "/reload"):
         assert request(s, "GET" if path != "/reload" else "POST", path).status == 401
     for auth in ("Bearer wrong", "Bearer s3cret-Tok3n-and-more", "Bearer s3cret-tok3n",

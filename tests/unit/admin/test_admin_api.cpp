@@ -343,3 +343,35 @@ TEST_CASE("a change whose Host is not this API's name is refused before it is ma
   r.headers["authorization"] = "Bearer s3cret";
   CHECK(api.handle(r).status == 421);
 }
+
+TEST_CASE("who asked: the address, and the Basic user name when one is given") {
+  Request r = request("POST", "/reload");
+  r.peer = "127.0.0.1:5555";
+  CHECK(requester(r) == "127.0.0.1:5555");
+  r.headers["authorization"] = "Bearer s3cret";
+  CHECK(requester(r) == "127.0.0.1:5555");
+  r.headers["authorization"] = "Basic YWRtaW46czNjcmV0";  // admin:s3cret
+  CHECK(requester(r) == "127.0.0.1:5555 as user \"admin\"");
+  r.headers["authorization"] = "Basic OnMzY3JldA==";  // :s3cret
+  CHECK(requester(r) == "127.0.0.1:5555");
+  r.headers["authorization"] = "Basic YQpiIGM6eA==";  // "a\nb c:x"
+  CHECK(requester(r) == "127.0.0.1:5555 as user \"a\\x0ab\\x20c\"");
+  r.headers["authorization"] = "Basic !!!";
+  CHECK(requester(r) == "127.0.0.1:5555");
+}
+
+TEST_CASE("PUT /config: a failed body without a line break gets the --data-binary hint") {
+  CHECK(put_config_hint("# sluice[global]workers = 2[[listener]]").find("--data-binary") != std::string::npos);
+  CHECK(put_config_hint("[global]\nworkers = 2").empty());
+  CHECK(put_config_hint("").empty());
+  Fixture f;
+  AdminApi api(f.hooks());
+  Response r = api.handle(request("PUT", "/config", "# all one line[[listener]]"));
+  REQUIRE(r.status == 400);
+  nlohmann::json doc = nlohmann::json::parse(r.body);
+  CHECK(doc["error"] == "t.toml:1:2: no");
+  CHECK(doc["hint"].get<std::string>().find("--data-binary") != std::string::npos);
+  r = api.handle(request("PUT", "/config", "# two\nlines"));
+  REQUIRE(r.status == 400);
+  CHECK_FALSE(nlohmann::json::parse(r.body).contains("hint"));
+}
