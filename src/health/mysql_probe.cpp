@@ -58,25 +58,23 @@ bool needs_replica_status(const HealthConfig& c) {
 // question from standard input on the control thread (dialog).
 constexpr const char* kAllowedAuth = "mysql_native_password,caching_sha2_password,client_ed25519";
 
-// The plugin a refused login asked for: the AuthSwitchRequest's name (the
-// last packet read), else the one the library's message quotes (the
-// greeting's). Only name characters: it is the server's bytes.
-std::string refused_plugin(MYSQL* mysql) {
+// Why a login was refused for its plugin: the plugin's name when the
+// check saw the AuthSwitchRequest (`switched`; only name characters, as it
+// is the server's bytes), else what such plugins are.
+std::string refused_plugin_reason(const std::string& switched) {
   std::string name;
-  const unsigned char* p = mysql->net.read_pos;
-  if (p != nullptr && p[0] == 0xFE) {
-    name = reinterpret_cast<const char*>(p + 1);  // ma_net_read ends every packet with a NUL
-  } else {
-    const std::string message = mysql_error(mysql);
-    const std::size_t open = message.find('\'');
-    const std::size_t close = open == std::string::npos ? open : message.find('\'', open + 1);
-    if (close != std::string::npos) name = message.substr(open + 1, close - open - 1);
+  for (char c : switched.substr(0, 64)) {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.') name += c;
   }
-  std::string out;
-  for (char c : name.substr(0, 64)) {
-    if (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.') out += c;
+  for (std::string_view allowed : {"mysql_native_password", "caching_sha2_password", "client_ed25519"}) {
+    if (name == allowed) name.clear();
   }
-  return out.empty() ? "?" : out;
+  const std::string what = name.empty() ? "an authentication plugin other than mysql_native_password, "
+                                          "caching_sha2_password and client_ed25519 (such as mysql_clear_password or "
+                                          "dialog)"
+                                        : "authentication plugin \"" + name + "\"";
+  return "the server asked for " + what + ", which is not allowed: no plugin may send the password in clear text "
+         "or read a terminal";
 }
 
 }  // namespace
@@ -131,6 +129,7 @@ void MysqlProbe::begin() {
   facts_ = MysqlFacts{};
   facts_gtid_.clear();
   tried_old_status_ = false;
+  switched_plugin_.clear();
   queries_.assign({kVariables});
   if (needs_replica_status(config_)) queries_.emplace_back(kReplicaStatus);
   if (config_.galera) queries_.emplace_back(kGalera);
@@ -224,6 +223,7 @@ void MysqlProbe::on_poll(uv_poll_t* h, int status, int events) {
   if ((events & UV_PRIORITIZED) != 0) ready |= MYSQL_WAIT_EXCEPT;
   // An error on the socket is the library's to diagnose on its next read.
   if (status < 0 || ready == 0) ready = MYSQL_WAIT_READ | MYSQL_WAIT_WRITE;
+  if (self->step_ == Step::connect && (ready & MYSQL_WAIT_READ) != 0) self->peek_auth_switch();
   self->advance(ready);
   // The library buffers whole results: bound what the server may send.
   if (self->in_flight() && self->mysql_ != nullptr) self->over_reply_cap(mysql_get_socket(self->mysql_));
@@ -382,11 +382,24 @@ void MysqlProbe::next_query_or_finish() {
   finish(ok, std::move(reason));
 }
 
+// The library frees the packet before it reports a refused plugin, and its
+// message names the greeting's plugin (or what its buffer holds by then):
+// an AuthSwitchRequest's is read here, off the socket, when the check waits
+// for it. (A switch that is there before the library waits is not seen; the
+// reason then says what such plugins are.)
+void MysqlProbe::peek_auth_switch() {
+  unsigned char buf[4 + 1 + 65];
+  const ssize_t n = ::recv(mysql_get_socket(mysql_), buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  // A packet header, 0xFE, the plugin's name and its NUL.
+  if (n < 7 || buf[4] != 0xFE) return;
+  const unsigned char* name = buf + 5;
+  const unsigned char* end = std::find(name, static_cast<const unsigned char*>(buf + n), 0);
+  if (end != buf + n) switched_plugin_.assign(name, end);
+}
+
 void MysqlProbe::fail_with_library(const char* what) {
   if (mysql_errno(mysql_) == CR_PLUGIN_NOT_ALLOWED) {
-    finish(Verdict::fail, "the server asked for authentication plugin \"" + refused_plugin(mysql_) +
-                              "\", which is not allowed (only mysql_native_password, caching_sha2_password, "
-                              "client_ed25519: no plugin may send the password in clear text or read a terminal)");
+    finish(Verdict::fail, refused_plugin_reason(switched_plugin_));
     return;
   }
   // A packet header over MYSQL_OPT_MAX_ALLOWED_PACKET: the library refuses

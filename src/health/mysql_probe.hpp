@@ -58,6 +58,7 @@ class MysqlProbe final : public Probe {
   void read_rows(MYSQL_RES* res);
   void next_query_or_finish();
   void fail_with_library(const char* what);
+  void peek_auth_switch();
 
   static void on_poll(uv_poll_t* h, int status, int events);
 
@@ -72,6 +73,8 @@ class MysqlProbe final : public Probe {
   bool tried_old_status_ = false;
   MysqlFacts facts_;
   std::string facts_gtid_;  // the GTID position, with role = "primary"
+  // The plugin the server's AuthSwitchRequest named, if one came.
+  std::string switched_plugin_;
   // Held for the library while a connect is in flight.
   std::string host_;
   std::string password_;
