@@ -81,7 +81,15 @@ struct AdminConfig {
   Endpoint listen;                       // default "127.0.0.1:9090"; non-loopback needs token_file
   std::string token_file;                // empty = no auth (loopback only)
   std::string token;                     // token_file's content, trimmed; read at load time
+  // Names besides the listen address, localhost and literal IPs that a
+  // request which changes something may give in Host: "lb1.example" (any
+  // port) or "lb1.example:8443"; lower case, no trailing dot.
+  std::vector<std::string> allowed_hosts;
 };
+
+// The longest token_file token: the admin API compares every presented
+// token over this many bytes, whatever either's length.
+inline constexpr std::size_t kMaxAdminTokenBytes = 4096;
 
 enum class Balance { least_conn, round_robin, hash, random };
 enum class HashKey { sni, client_ip, sni_or_client_ip };

@@ -81,13 +81,6 @@ std::vector<std::string_view> split_path(std::string_view path) {
   return parts;
 }
 
-// Constant-time comparison, so the answer's timing says nothing about the token.
-bool same_token(std::string_view a, std::string_view b) {
-  unsigned diff = a.size() == b.size() ? 0U : 1U;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned>(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
-}
-
 // The body of PUT .../weight: `5` or {"weight": 5}.
 std::optional<long> parse_weight(std::string_view body) {
   try {
@@ -139,6 +132,8 @@ std::optional<std::string> base64_decode(std::string_view in) {
 }
 
 RateLimitedWarning g_unauthorized;
+RateLimitedWarning g_no_credentials;
+RateLimitedWarning g_foreign_host;
 
 // The index in `up` of the server `text` names: by the address as the file
 // writes it, or by any text that parses to the same address; -1 when none.
@@ -169,6 +164,8 @@ bool foreign_origin(const Request& req) {
   if (host == req.headers.end()) return true;
   return origin->second != "http://" + host->second && origin->second != "https://" + host->second;
 }
+
+bool changes_something(const Request& req) { return req.method != "GET" && req.method != "HEAD"; }
 
 }  // namespace
 
@@ -202,7 +199,7 @@ std::optional<double> RateWindow::rate(const std::string& key) const {
 
 AdminApi::AdminApi(AdminHooks hooks) : hooks_(std::move(hooks)) {}
 
-std::optional<std::string> presented_token(std::string_view value) {
+std::optional<Credentials> presented_credentials(std::string_view value) {
   auto blank = [](char c) { return c == ' ' || c == '\t'; };
   while (!value.empty() && blank(value.back())) value.remove_suffix(1);
   const std::size_t sp = value.find_first_of(" \t");
@@ -211,32 +208,79 @@ std::optional<std::string> presented_token(std::string_view value) {
   std::string_view credentials = value.substr(sp);
   while (!credentials.empty() && blank(credentials.front())) credentials.remove_prefix(1);
   if (credentials.empty()) return std::nullopt;
-  if (same_ascii_lower(scheme, "bearer")) return std::string(credentials);
+  if (same_ascii_lower(scheme, "bearer")) return Credentials{{}, std::string(credentials)};
   if (!same_ascii_lower(scheme, "basic")) return std::nullopt;
   const std::optional<std::string> user_pass = base64_decode(credentials);
   if (!user_pass) return std::nullopt;
   // RFC 7617: the user name cannot hold a colon; the password may.
   const std::size_t colon = user_pass->find(':');
   if (colon == std::string::npos) return std::nullopt;
-  return user_pass->substr(colon + 1);
+  return Credentials{user_pass->substr(0, colon), user_pass->substr(colon + 1)};
+}
+
+std::optional<std::string> presented_token(std::string_view value) {
+  std::optional<Credentials> c = presented_credentials(value);
+  if (!c) return std::nullopt;
+  return std::move(c->token);
+}
+
+std::string requester(const Request& req) {
+  auto it = req.headers.find("authorization");
+  if (it == req.headers.end()) return req.peer;
+  const std::optional<Credentials> c = presented_credentials(it->second);
+  if (!c || c->user.empty()) return req.peer;
+  return req.peer + " as user \"" + escape_text(c->user) + "\"";
+}
+
+std::string put_config_hint(std::string_view body) {
+  if (body.empty() || body.find('\n') != std::string_view::npos) return {};
+  return "the body has no line break: curl -d (--data) drops them; send the file with "
+         "curl --data-binary @FILE -X PUT .../config";
 }
 
 std::optional<Response> AdminApi::authorize(const Request& req) const {
+  if (std::optional<Response> r = authenticate(req)) return r;
+  if (!changes_something(req)) return std::nullopt;
+  // DNS rebinding: a page whose name now points here sends its own name in
+  // both Host and Origin. Only a name that is ours may change anything.
+  auto host = req.headers.find("host");
+  if (host == req.headers.end() || !host_allowed(host->second, hosts_)) {
+    const std::string named =
+        host == req.headers.end() ? std::string("no Host") : "Host \"" + escape_text(host->second) + "\"";
+    g_foreign_host.warn("admin: refused " + req.method + " " + escape_text(req.path) + " from " + requester(req) +
+                        ": " + named + " is not a name of this admin API (a page that points its DNS name here looks "
+                        "like this; list the name in [admin] allowed_hosts if it is yours)");
+    return error(421, named + " is not a name of this admin API: a change must be sent to its address, to "
+                      "localhost, to a literal IP, or to a name listed in [admin] allowed_hosts");
+  }
+  if (foreign_origin(req)) {
+    return error(403, "a request from another site's page is refused (Origin does not match Host)");
+  }
+  return std::nullopt;
+}
+
+std::optional<Response> AdminApi::authenticate(const Request& req) const {
   if (token_.empty()) return std::nullopt;
   // GET /ready needs no token: a front tier's probe (keepalived's curl, a
   // kubelet) learns one bit and should not have to carry the secret, as
   // with HAProxy's monitor-uri. POST /healthcheck/* needs it like any change.
-  if (const auto p = split_path(req.path);
-      p.size() == 1 && p[0] == "ready" && (req.method == "GET" || req.method == "HEAD")) {
+  if (const auto p = split_path(req.path); p.size() == 1 && p[0] == "ready" && !changes_something(req)) {
     return std::nullopt;
   }
   auto it = req.headers.find("authorization");
   if (it != req.headers.end()) {
     const std::optional<std::string> presented = presented_token(it->second);
-    if (presented && same_token(*presented, token_)) return std::nullopt;
+    if (presented && token_.matches(*presented)) return std::nullopt;
   }
-  g_unauthorized.warn("admin: unauthorized request from " + req.peer + " (" +
-                      escape_text(req.method + " " + req.path) + ")");
+  // The method is one http-parser knows; the path is the client's bytes.
+  const std::string what = req.method + " " + escape_text(req.path);
+  if (it == req.headers.end()) {
+    // What every browser sends first, before it shows its login: routine.
+    g_no_credentials.info("admin: a request without credentials from " + req.peer + " (" + what +
+                          "): answered 401 (a browser asks for the login next)");
+  } else {
+    g_unauthorized.warn("admin: unauthorized request from " + requester(req) + " (" + what + ")");
+  }
   Response r = error(401, "unauthorized: send Authorization: Bearer TOKEN, or log in with the token as the password");
   // Basic first: a browser then asks for a user name and password (the token);
   // scripts send the Bearer token.
@@ -250,9 +294,6 @@ Response AdminApi::handle(const Request& req) {
 
   const std::vector<std::string_view> parts = split_path(req.path);
   const std::string& m = req.method;
-  if (m != "GET" && m != "HEAD" && foreign_origin(req)) {
-    return error(403, "a request from another site's page is refused (Origin does not match Host)");
-  }
   if (parts.empty()) {
     if (m != "GET" && m != "HEAD") return method_not_allowed("GET");
     return page();
@@ -270,6 +311,7 @@ Response AdminApi::handle(const Request& req) {
   }
   if (parts.size() == 1 && parts[0] == "reload") {
     if (m != "POST") return method_not_allowed("POST");
+    spdlog::info("admin: POST /reload from {}", requester(req));
     const Outcome o = hooks_.reload();
     if (!o.ok) return json_response(400, {{"ok", false}, {"error", o.message}});
     return json_response(200, {{"ok", true},
@@ -280,6 +322,7 @@ Response AdminApi::handle(const Request& req) {
   if (parts.size() == 1 && parts[0] == "upgrade") {
     if (m != "POST") return method_not_allowed("POST");
     if (!hooks_.upgrade) return json_response(404, {{"ok", false}, {"error", "no upgrade here"}});
+    spdlog::info("admin: POST /upgrade from {}", requester(req));
     const Outcome o = hooks_.upgrade();
     // 202: the new process takes over after this answer; the pid_file and
     // GET /status say when it has.
@@ -288,8 +331,13 @@ Response AdminApi::handle(const Request& req) {
   }
   if (parts.size() == 1 && parts[0] == "config") {
     if (m != "PUT") return method_not_allowed("PUT");
+    spdlog::info("admin: PUT /config from {}", requester(req));
     const Outcome o = hooks_.put_config(req.body);
-    if (!o.ok) return json_response(400, {{"ok", false}, {"error", o.message}});
+    if (!o.ok) {
+      nlohmann::json doc = {{"ok", false}, {"error", o.message}};
+      if (std::string hint = put_config_hint(req.body); !hint.empty()) doc["hint"] = std::move(hint);
+      return json_response(400, doc);
+    }
     return json_response(200, {{"ok", true},
                                {"message", o.message},
                                {"generation", hooks_.info().generation},
@@ -338,19 +386,19 @@ Response AdminApi::server_action(const Request& req, std::string_view upstream_p
     }
     state->set_weight_override(static_cast<std::uint32_t>(*w), up->member(i).config.weight);
     spdlog::info("admin: {} weight set to {} (the file says {}) by {}", who, *w, up->member(i).config.weight,
-                 req.peer);
+                 requester(req));
   } else if (action == "drain") {
     state->set_admin(AdminState::drain);
     spdlog::info("admin: {} draining: no new sessions, {} live one(s) stay (by {})", who,
-                 state->active.load(std::memory_order_relaxed), req.peer);
+                 state->active.load(std::memory_order_relaxed), requester(req));
   } else if (action == "disable") {
     state->set_admin(AdminState::disabled);
     spdlog::info("admin: {} disabled: no new sessions, closing {} live one(s) (by {})", who,
-                 state->active.load(std::memory_order_relaxed), req.peer);
+                 state->active.load(std::memory_order_relaxed), requester(req));
     hooks_.close_sessions(state, Cause::server_drained);
   } else {
     state->set_admin(AdminState::enabled);
-    spdlog::info("admin: {} enabled (by {})", who, req.peer);
+    spdlog::info("admin: {} enabled (by {})", who, requester(req));
   }
   return json_response(200, server_json(*up, i, Clock::now()));
 }
@@ -372,7 +420,7 @@ Response AdminApi::readiness(const Request& req, std::string_view action) {
     return error(404, "unknown healthcheck action \"" + escape_text(std::string(action)) + "\" (fail, ok)");
   }
   if (req.method != "POST") return method_not_allowed("POST");
-  const Outcome o = hooks_.set_ready(action == "ok", req.peer);
+  const Outcome o = hooks_.set_ready(action == "ok", requester(req));
   const ProcessInfo info = hooks_.info();
   if (!o.ok) return json_response(409, {{"ok", false}, {"ready", info.ready}, {"error", o.message}});
   return json_response(200, {{"ok", true}, {"ready", info.ready}, {"message", o.message}});

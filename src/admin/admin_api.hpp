@@ -19,7 +19,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "admin/allowed_hosts.hpp"
 #include "admin/http_server.hpp"
+#include "admin/token.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/cause.hpp"
 #include "sluice/dns_status.hpp"
@@ -106,10 +108,16 @@ class AdminApi {
 
   // The token every request must carry (`Authorization: Bearer TOKEN`, or
   // HTTP Basic with the token as the password); empty = no authentication.
-  void set_token(std::string token) { token_ = std::move(token); }
+  void set_token(std::string_view token) { token_ = Token(token); }
 
-  // nullopt when `request` may go on (no token is set, or it carries the
-  // token); otherwise the 401 to answer. Needs only the headers: the HTTP
+  // The names a request that changes something may give in Host (see
+  // allowed_hosts.hpp). Until set: localhost and literal IPs only.
+  void set_allowed_hosts(AllowedHosts hosts) { hosts_ = std::move(hosts); }
+
+  // nullopt when `request` may go on; otherwise the answer that refuses
+  // it: 401 without the token (when one is set), and for a change (any
+  // method but GET and HEAD) 421 when Host is not one of this API's names,
+  // 403 when Origin is another site. Needs only the headers: the HTTP
   // server calls it before it reads a body or sends `100 Continue`.
   std::optional<Response> authorize(const Request& request) const;
 
@@ -122,6 +130,8 @@ class AdminApi {
   void tick(TimePoint now);
 
  private:
+  // The 401 for a request without the token, when one is set.
+  std::optional<Response> authenticate(const Request& request) const;
   Response server_action(const Request& request, std::string_view upstream, std::string_view server,
                          std::string_view action);
   Response upstream_get(const Request& request, std::string_view upstream, std::string_view server);
@@ -131,16 +141,30 @@ class AdminApi {
   nlohmann::json status_with_rates();
 
   AdminHooks hooks_;
-  std::string token_;
+  Token token_;
+  AllowedHosts hosts_;
   RateWindow rates_;
 };
 
 // ---- pure functions (unit-tested) ----
 
-// The token an Authorization header value presents: `Bearer TOKEN`, or
+// What an Authorization header value presents: `Bearer TOKEN`, or
 // `Basic BASE64(USER:TOKEN)` with any user name (what a browser sends). The
 // scheme is case-insensitive. nullopt for any other scheme or a malformed value.
+struct Credentials {
+  std::string user;  // Basic's user name; empty for Bearer (or an empty name)
+  std::string token;
+};
+std::optional<Credentials> presented_credentials(std::string_view authorization);
 std::optional<std::string> presented_token(std::string_view authorization);
+
+// Who asked, for the log: "127.0.0.1:51234", or with an HTTP Basic user name
+// `127.0.0.1:51234 as user "ops"` (the name escaped: it is the client's bytes).
+std::string requester(const Request& request);
+
+// The hint for a PUT /config body that failed and has no line break at all:
+// what `curl -d @FILE` sends (it drops them). Empty when there is none to give.
+std::string put_config_hint(std::string_view body);
 
 // One server of `up` as /status shows it (also the answer to server actions).
 nlohmann::json server_json(const Upstream& up, std::size_t index, TimePoint now);

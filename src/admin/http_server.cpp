@@ -1,6 +1,8 @@
 #include "admin/http_server.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <exception>
 
 #include <spdlog/spdlog.h>
@@ -24,11 +26,13 @@ const char* reason_phrase(int status) {
     case 200: return "OK";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 409: return "Conflict";
     case 413: return "Content Too Large";
+    case 421: return "Misdirected Request";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -305,6 +309,11 @@ std::string HttpServer::listen(const Endpoint& at, int inherited_fd) {
   int len = sizeof ss;
   uv_tcp_getsockname(&listener_, reinterpret_cast<sockaddr*>(&ss), &len);
   bound_ = format_sockaddr(reinterpret_cast<const sockaddr*>(&ss));
+  // sin_port and sin6_port sit at the same offset, after the family.
+  static_assert(offsetof(sockaddr_in, sin_port) == offsetof(sockaddr_in6, sin6_port));
+  std::uint16_t port_be = 0;
+  std::memcpy(&port_be, reinterpret_cast<const char*>(&ss) + offsetof(sockaddr_in, sin_port), sizeof port_be);
+  bound_port_ = ntohs(port_be);
   return {};
 }
 

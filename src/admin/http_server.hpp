@@ -72,6 +72,7 @@ class HttpServer {
   int listening_fd() const;
   // The bound address ("127.0.0.1:9090"), after listen().
   const std::string& bound() const { return bound_; }
+  std::uint16_t bound_port() const { return bound_port_; }
   // Stops listening and closes every connection; `done` runs once every
   // handle is closed (the loop may then end).
   void close(std::function<void()> done);
@@ -96,6 +97,7 @@ class HttpServer {
   bool closing_ = false;
   bool listener_closed_ = false;
   std::string bound_;
+  std::uint16_t bound_port_ = 0;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::function<void()> done_;
 };

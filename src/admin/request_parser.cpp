@@ -47,6 +47,14 @@ const http_parser_settings& RequestParser::settings() {
     x.on_headers_complete = [](http_parser* p) {
       RequestParser* r = of(p);
       if (r->in_value_) r->flush_header();
+      // RFC 9112, 3.2: an HTTP/1.1 request without Host, or with more than
+      // one, is answered 400.
+      const bool needs_host = p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1);
+      if (r->host_headers_ > 1 || (needs_host && r->host_headers_ == 0)) {
+        r->reject_ = 400;
+        r->detail_ = r->host_headers_ > 1 ? "more than one Host header" : "no Host header (HTTP/1.1 requires one)";
+        return -1;
+      }
       r->request_.method = http_method_str(static_cast<http_method>(p->method));
       const auto q = r->request_.path.find('?');
       if (q != std::string::npos) {
@@ -90,6 +98,7 @@ int RequestParser::count_header(std::size_t n) {
 
 void RequestParser::flush_header() {
   std::string name = lower(std::move(field_));
+  if (name == "host") ++host_headers_;
   auto [it, fresh] = request_.headers.emplace(name, value_);
   if (!fresh) it->second += ", " + value_;
   field_.clear();

@@ -49,9 +49,9 @@ class RequestParser {
   Request& request() { return request_; }
   const Request& request() const { return request_; }
 
-  // Once rejected: 400 (malformed), 413 (body too large) or 431 (headers too
-  // large), and for 400 http-parser's description of what was wrong (empty
-  // otherwise).
+  // Once rejected: 400 (malformed, or an HTTP/1.1 request without exactly
+  // one Host), 413 (body too large) or 431 (headers too large), and for 400
+  // what was wrong (empty otherwise).
   int reject_status() const { return reject_; }
   const std::string& reject_detail() const { return detail_; }
 
@@ -75,6 +75,7 @@ class RequestParser {
   std::string value_;  // its value so far
   bool in_value_ = false;
   std::size_t header_bytes_ = 0;
+  int host_headers_ = 0;
   bool headers_done_ = false;
   bool complete_ = false;
   int reject_ = 0;

@@ -289,13 +289,29 @@ class Parser {
 
   void parse_admin(const toml::table& table, AdminConfig& a) {
     TableReader r(table, "[admin]", path_);
-    r.reject_unknown_keys({"listen", "token_file"});
+    r.reject_unknown_keys({"listen", "token_file", "allowed_hosts"});
     a.enabled = true;
     if (auto v = r.address("listen", true)) a.listen = *v;
     if (auto v = r.readable_file("token_file")) {
       a.token = read_token(*v);
       if (a.token.empty()) r.fail(*r.get("token_file"), "token_file " + quote(*v) + " holds no token (it is empty)");
+      if (a.token.size() > kMaxAdminTokenBytes) {
+        r.fail(*r.get("token_file"), "token_file " + quote(*v) + " holds a token of " + std::to_string(a.token.size()) +
+                                         " bytes; at most " + std::to_string(kMaxAdminTokenBytes));
+      }
       a.token_file = *v;
+    }
+    if (const toml::array* list = r.array("allowed_hosts", "an array of host names like [\"lb1.example\"]")) {
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        const toml::node& node = (*list)[i];
+        const std::string entry = "allowed_hosts entry " + std::to_string(i + 1);
+        const auto* text = node.as_string();
+        if (text == nullptr) r.fail_type(entry, node, "a host name like \"lb1.example\"");
+        std::string error;
+        std::optional<std::string> name = parse_allowed_host(text->get(), error);
+        if (!name) r.fail(node, entry + " " + error);
+        a.allowed_hosts.push_back(std::move(*name));
+      }
     }
     if (a.token_file.empty() && !is_loopback(a.listen.addr)) {
       r.fail(*r.get("listen"), "listen " + quote(a.listen.text) +

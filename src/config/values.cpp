@@ -10,12 +10,14 @@
 #include <netdb.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <system_error>
 
 #include "config/quote.hpp"
+#include "sluice/host.hpp"
 
 namespace sluice {
 
@@ -338,6 +340,36 @@ std::optional<StatusRange> parse_status_range(std::string_view text, std::string
     return std::nullopt;
   }
   return StatusRange{static_cast<int>(*low), static_cast<int>(*high)};
+}
+
+std::optional<std::string> parse_allowed_host(std::string_view text, std::string& error) {
+  const std::optional<Authority> a = split_authority(text);
+  const std::string name = a ? normalize_host(a->host) : std::string();
+  const auto name_byte = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+  };
+  if (a && a->bracketed) {
+    error = "needs no entry: every literal IP address is allowed, got " + quote(text);
+    return std::nullopt;
+  }
+  if (!a || name.empty() || name.front() == '.' || name.find("..") != std::string::npos ||
+      !std::all_of(name.begin(), name.end(), name_byte)) {
+    error = "must be a host name like \"lb1.example\", or a name and a port like \"lb1.example:8443\" (letters, "
+            "digits, '-', '_' and dots; no wildcard, no scheme), got " + quote(text);
+    return std::nullopt;
+  }
+  in_addr v4{};
+  if (::inet_pton(AF_INET, name.c_str(), &v4) == 1) {
+    error = "needs no entry: every literal IP address is allowed, got " + quote(text);
+    return std::nullopt;
+  }
+  if (a->port.empty()) return name;
+  const auto port = parse_unsigned(a->port, 65535);
+  if (!port || *port == 0) {
+    error = "port must be 1..65535, got " + quote(text);
+    return std::nullopt;
+  }
+  return name + ":" + std::to_string(*port);
 }
 
 }  // namespace sluice

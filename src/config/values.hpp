@@ -41,4 +41,10 @@ std::optional<double> parse_percent(std::string_view text, std::string& error);
 // One HTTP status range: "200-399", or a single code "204". Codes 100..599.
 std::optional<StatusRange> parse_status_range(std::string_view text, std::string& error);
 
+// An [admin] allowed_hosts entry: a host name ("lb1.example") or a host
+// name and a port ("lb1.example:8443"), returned as the admin API compares
+// it (lower case, no trailing dot). IP addresses need no entry (every
+// literal IP is allowed) and are an error, as are wildcards and URLs.
+std::optional<std::string> parse_allowed_host(std::string_view text, std::string& error);
+
 }  // namespace sluice

@@ -385,6 +385,9 @@ void Control::apply_admin_changes(const AdminConfig& a, std::vector<std::string>
     waiting.push_back("admin (the admin API keeps running on " + running + ", with its token, until a restart)");
     return;
   }
+  // More names for the running listener take effect now.
+  admin_config_.allowed_hosts = a.allowed_hosts;
+  admin_api_->set_allowed_hosts(admin::allowed_hosts(admin_config_, admin_http_->bound_port()));
   const bool same_listener =
       a.listen.port == admin_config_.listen.port && same_ip(a.listen.addr, admin_config_.listen.addr);
   if (!same_listener) {
@@ -835,6 +838,7 @@ std::string Control::start_admin(const Config& config) {
   const int inherited = inherited_admin_;
   inherited_admin_ = -1;
   if (std::string err = admin_http_->listen(config.admin.listen, inherited); !err.empty()) return "[admin] " + err;
+  admin_api_->set_allowed_hosts(admin::allowed_hosts(config.admin, admin_http_->bound_port()));
   spdlog::info("admin API listening on {}", admin_http_->bound());
   return {};
 }

@@ -113,9 +113,6 @@ class Conn {
   }
 
  private:
-  // Bytes of replies held at most: one reply at its caps, and some.
-  static constexpr std::size_t kMaxBuffered = kRespMaxBulk + 4096;
-
   Conn() = default;
 
   void fail(const std::string& reason) {
@@ -176,22 +173,16 @@ class Conn {
       c->fail(n == UV_EOF ? "the sentinel closed the connection" : uv_strerror(static_cast<int>(n)));
       return;
     }
-    c->in_.append(buf->base, static_cast<std::size_t>(n));
-    while (!c->closing_ && !c->in_.empty()) {
-      RespValue v;
-      std::size_t used = 0;
-      std::string error;
-      const RespResult r = parse_resp(c->in_, v, used, error);
-      if (r == RespResult::bad) {
-        c->fail("a bad reply: " + error);
+    // The reader keeps where it is in a reply between reads: each byte is
+    // looked at once, however the sentinel cuts its replies.
+    std::string_view rest(buf->base, static_cast<std::size_t>(n));
+    while (!c->closing_ && !rest.empty()) {
+      rest.remove_prefix(c->reader_.read(rest));
+      if (c->reader_.bad()) {
+        c->fail("a bad reply: " + c->reader_.error());
         return;
       }
-      if (r == RespResult::more) break;
-      c->in_.erase(0, used);
-      c->on_reply_(v);
-    }
-    if (!c->closing_ && c->in_.size() > kMaxBuffered) {
-      c->fail("a reply over " + std::to_string(kMaxBuffered) + " bytes");
+      if (c->reader_.ready()) c->on_reply_(c->reader_.take());
     }
   }
 
@@ -202,7 +193,7 @@ class Conn {
   bool closing_ = false;
   std::string pending_;
   std::string request_;
-  std::string in_;
+  RespReader reader_;  // bounds what a reply may hold (resp.hpp)
   char read_buf_[16384];
   Reply on_reply_;
   Fail on_fail_;

@@ -1,5 +1,6 @@
 #include "health/mysql_probe.hpp"
 
+#include <errmsg.h>
 #include <mysqld_error.h>
 #include <sys/socket.h>
 
@@ -48,6 +49,32 @@ bool is_gtid_query(const std::string& q) { return q == kMariadbGtid || q == kMys
 
 bool needs_replica_status(const HealthConfig& c) {
   return c.mysql_role == MysqlRole::replica || c.max_lag.count() > 0;
+}
+
+// The only authentication plugins a check logs in with. The server picks
+// the plugin (in its greeting or by an AuthSwitchRequest), and others would
+// hand the password over in clear text (mysql_clear_password, dialog's
+// password question) or have Connector/C read the answer to a server's
+// question from standard input on the control thread (dialog).
+constexpr const char* kAllowedAuth = "mysql_native_password,caching_sha2_password,client_ed25519";
+
+// Why a login was refused for its plugin: the plugin's name when the
+// check saw the AuthSwitchRequest (`switched`; only name characters, as it
+// is the server's bytes), else what such plugins are.
+std::string refused_plugin_reason(const std::string& switched) {
+  std::string name;
+  for (char c : switched.substr(0, 64)) {
+    if (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.') name += c;
+  }
+  for (std::string_view allowed : {"mysql_native_password", "caching_sha2_password", "client_ed25519"}) {
+    if (name == allowed) name.clear();
+  }
+  const std::string what = name.empty() ? "an authentication plugin other than mysql_native_password, "
+                                          "caching_sha2_password and client_ed25519 (such as mysql_clear_password or "
+                                          "dialog)"
+                                        : "authentication plugin \"" + name + "\"";
+  return "the server asked for " + what + ", which is not allowed: no plugin may send the password in clear text "
+         "or read a terminal";
 }
 
 }  // namespace
@@ -102,6 +129,7 @@ void MysqlProbe::begin() {
   facts_ = MysqlFacts{};
   facts_gtid_.clear();
   tried_old_status_ = false;
+  switched_plugin_.clear();
   queries_.assign({kVariables});
   if (needs_replica_status(config_)) queries_.emplace_back(kReplicaStatus);
   if (config_.galera) queries_.emplace_back(kGalera);
@@ -119,6 +147,17 @@ void MysqlProbe::begin() {
   mysql_options(mysql_, MYSQL_OPT_NONBLOCK, nullptr);
   const unsigned int tcp = MYSQL_PROTOCOL_TCP;
   mysql_options(mysql_, MYSQL_OPT_PROTOCOL, &tcp);
+  // The library sizes its buffer from a packet's header before the bytes
+  // arrive (up to 1 GiB by default once logged in; 1 MiB during the login):
+  // after the login, a packet over the cap fails at its header.
+  const std::size_t max_packet = kMaxReplyBytes;
+  // Never log in without the plugin restriction: a library that does not
+  // know the option is refused rather than trusted.
+  if (mysql_options(mysql_, MYSQL_OPT_MAX_ALLOWED_PACKET, &max_packet) != 0 ||
+      mysql_options(mysql_, MARIADB_OPT_RESTRICTED_AUTH, kAllowedAuth) != 0) {
+    finish(Verdict::local_error, "this MariaDB Connector/C cannot restrict authentication plugins or packet sizes");
+    return;
+  }
   // The library keeps these pointers until the connect completes.
   host_ = format_ip(reinterpret_cast<const sockaddr*>(&target_.addr));
   step_ = Step::connect;
@@ -184,6 +223,7 @@ void MysqlProbe::on_poll(uv_poll_t* h, int status, int events) {
   if ((events & UV_PRIORITIZED) != 0) ready |= MYSQL_WAIT_EXCEPT;
   // An error on the socket is the library's to diagnose on its next read.
   if (status < 0 || ready == 0) ready = MYSQL_WAIT_READ | MYSQL_WAIT_WRITE;
+  if (self->step_ == Step::connect && (ready & MYSQL_WAIT_READ) != 0) self->peek_auth_switch();
   self->advance(ready);
   // The library buffers whole results: bound what the server may send.
   if (self->in_flight() && self->mysql_ != nullptr) self->over_reply_cap(mysql_get_socket(self->mysql_));
@@ -342,7 +382,34 @@ void MysqlProbe::next_query_or_finish() {
   finish(ok, std::move(reason));
 }
 
+// The library frees the packet before it reports a refused plugin, and its
+// message names the greeting's plugin (or what its buffer holds by then):
+// an AuthSwitchRequest's is read here, off the socket, when the check waits
+// for it. (A switch that is there before the library waits is not seen; the
+// reason then says what such plugins are.)
+void MysqlProbe::peek_auth_switch() {
+  unsigned char buf[4 + 1 + 65];
+  const ssize_t n = ::recv(mysql_get_socket(mysql_), buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+  // A packet header, 0xFE, the plugin's name and its NUL.
+  if (n < 7 || buf[4] != 0xFE) return;
+  const unsigned char* name = buf + 5;
+  const unsigned char* end = std::find(name, static_cast<const unsigned char*>(buf + n), 0);
+  if (end != buf + n) switched_plugin_.assign(name, end);
+}
+
 void MysqlProbe::fail_with_library(const char* what) {
+  if (mysql_errno(mysql_) == CR_PLUGIN_NOT_ALLOWED) {
+    finish(Verdict::fail, refused_plugin_reason(switched_plugin_));
+    return;
+  }
+  // A packet header over MYSQL_OPT_MAX_ALLOWED_PACKET: the library refuses
+  // to grow its buffer (net.error 1; a failed read is 2) and then reports a
+  // lost connection.
+  const unsigned err = mysql_errno(mysql_);
+  if (err == CR_NET_PACKET_TOO_LARGE || (err == CR_SERVER_LOST && mysql_->net.error == 1)) {
+    finish(Verdict::fail, reply_cap_reason());
+    return;
+  }
   std::string reason = mysql_error(mysql_);
   if (reason.empty()) reason = "connection failed";
   reason = lower_first(reason);

@@ -1,5 +1,7 @@
-// type = "mysql": log in with MariaDB Connector/C's non-blocking API (the
-// server's authentication plugin is the library's business), then read the
+// type = "mysql": log in with MariaDB Connector/C's non-blocking API (with
+// the authentication plugins restricted to those that neither send the
+// password in clear text nor read a terminal, and packets capped at the
+// reply cap before the library buffers them), then read the
 // server's role: `read_only` / `super_read_only` (MySQL; MariaDB has only
 // the first), the replication status when the check needs it (`role =
 // "replica"`, `max_lag`) and, with `galera = true`, the node's wsrep state.
@@ -56,6 +58,7 @@ class MysqlProbe final : public Probe {
   void read_rows(MYSQL_RES* res);
   void next_query_or_finish();
   void fail_with_library(const char* what);
+  void peek_auth_switch();
 
   static void on_poll(uv_poll_t* h, int status, int events);
 
@@ -70,6 +73,8 @@ class MysqlProbe final : public Probe {
   bool tried_old_status_ = false;
   MysqlFacts facts_;
   std::string facts_gtid_;  // the GTID position, with role = "primary"
+  // The plugin the server's AuthSwitchRequest named, if one came.
+  std::string switched_plugin_;
   // Held for the library while a connect is in flight.
   std::string host_;
   std::string password_;

@@ -63,9 +63,11 @@ void Probe::on_timeout(uv_timer_t* t) {
 bool Probe::over_reply_cap(int fd) {
   const auto received = bytes_received(fd);
   if (!received || *received <= kMaxReplyBytes) return false;
-  finish(false, "reply over the " + std::to_string(kMaxReplyBytes / 1024) + " KiB cap");
+  finish(false, reply_cap_reason());
   return true;
 }
+
+std::string Probe::reply_cap_reason() { return "reply over the " + std::to_string(kMaxReplyBytes / 1024) + " KiB cap"; }
 
 Probe::Verdict Probe::failed_with(int uv_err) {
   return is_local_resource_error(uv_err) ? Verdict::local_error : Verdict::fail;

@@ -88,6 +88,8 @@ class Probe {
   // after each time the library read, so the library holds at most the cap
   // plus one read.
   bool over_reply_cap(int fd);
+  // Why a check failed at the cap: "reply over the 64 KiB cap".
+  static std::string reply_cap_reason();
 
   uv_loop_t* loop_;
   RoleFacts role_facts_;  // reset at each start()

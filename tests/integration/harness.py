@@ -248,6 +248,9 @@ class Sluice:
         self.nofile_soft: int | None = None
         self.env: dict[str, str] | None = None  # extra environment variables
         self.command_prefix: list[str] = []  # runs sluice through this command (e.g. unshare)
+        # sluice's standard input: /dev/null, or subprocess.PIPE for one that
+        # stays open with nothing to read (a terminal nobody types in).
+        self.stdin = subprocess.DEVNULL
         self.proc: subprocess.Popen | None = None
         self.log: LineLog | None = None
         self.addrs: dict[str, tuple[str, int]] = {}
@@ -265,7 +268,7 @@ class Sluice:
             preexec = lambda: _lower_nofile(self.nofile_soft)  # noqa: E731
         self.proc = subprocess.Popen(
             [*self.command_prefix, str(binary), "-c", str(self.config_path)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=self.stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=self.workdir, preexec_fn=preexec,
             env={**os.environ, **self.env} if self.env else None)
         self.log = LineLog(self.proc.stdout)
@@ -304,6 +307,8 @@ class Sluice:
         """SIGTERM, wait, then SIGKILL if needed. Safe to call twice."""
         if self.proc is None:
             return None
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         if self.proc.poll() is None:
             try:
                 os.kill(self.proc.pid, signal.SIGTERM)

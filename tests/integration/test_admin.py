@@ -823,7 +823,7 @@ def test_weight_changes_and_bad_weights(admin_sluice, backends):
     assert server_of(status(s), "up", b.address)["weight"] == 1
     # A chunked body is still a body (http-parser decodes it).
     code, _, body = parse_raw(raw_exchange(s.admin_addr, (
-        "PUT %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n4\r\n0\r\n\r\n"
+        "PUT %s HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n4\r\n0\r\n\r\n"
         % server_path("up", b.address, "weight")).encode()))
     assert code == 200 and json.loads(body)["weight"] == 4, (code, body)
     assert server_of(status(s), "up", b.address)["weight"] == 4
@@ -985,7 +985,10 @@ def test_token_is_required_when_configured(admin_sluice, backends, tmp_path):
     assert r.status == 401, r
     assert r.headers.get("www-authenticate", "").startswith("Bearer"), r.headers
     r.error()
-    s.log.wait_for(r"admin: unauthorized request from 127\.0\.0\.1:\d+", timeout=5)
+    # No credentials at all is what a browser sends before its login: info.
+    s.log.wait_for(r"\[info\] admin: a request without credentials from 127\.0\.0\.1:\d+", timeout=5)
+    assert request(s, "GET", "/status", token="wrong").status == 401
+    s.log.wait_for(r"\[warning\] admin: unauthorized request from 127\.0\.0\.1:\d+", timeout=5)
     for path in ("/metrics", "/", "/reload"):
         assert request(s, "GET" if path != "/reload" else "POST", path).status == 401
     for auth in ("Bearer wrong", "Bearer s3cret-Tok3n-and-more", "Bearer s3cret-tok3n",
@@ -1065,7 +1068,7 @@ def test_hostile_admin_clients_never_reach_the_proxy(admin_sluice, backends):
         "half a request": Hanging(s.admin_addr, b"GET /status HTTP/1.1\r\nHost: x\r\n"),
         "a trickle": Hanging(s.admin_addr, b"GET /status HTTP/1.1\r\n", trickle=b"X-Slow: " + b"a" * 200),
         "a missing body": Hanging(s.admin_addr, b"PUT /upstreams/up/servers/%s/weight HTTP/1.1\r\n"
-                                  b"Host: x\r\nContent-Length: 10\r\n\r\n3" % a.address.encode()),
+                                  b"Host: 127.0.0.1\r\nContent-Length: 10\r\n\r\n3" % a.address.encode()),
     }
     assert status(s)["listeners"][0]["name"] == "main"
     assert proxied(s)[0] == "A"
@@ -1093,7 +1096,7 @@ def test_hostile_admin_clients_never_reach_the_proxy(admin_sluice, backends):
     # A body over 1 MiB.
     big = b"x" * (1024 * 1024 + 65536)
     code, hdrs, body = parse_raw(raw_exchange(
-        s.admin_addr, b"PUT /config HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(big) + big))
+        s.admin_addr, b"PUT /config HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % len(big) + big))
     assert code == 413, (code, body[:200])
     assert_error_body(code, hdrs, body, "1 MiB + 64 KiB body")
     assert s.config_path.read_text() == body_before

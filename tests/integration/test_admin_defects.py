@@ -55,7 +55,7 @@ def test_idle_connections_never_lock_the_operator_out(admin_sluice, backends, tm
     # body still coming) is never the one closed to make room.
     busy = harness.connect(*s.admin_addr, timeout=20)
     path = f"/upstreams/up/servers/{a.address}/weight"
-    busy.sendall(f"PUT {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+    busy.sendall(f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
                  f"Content-Length: 2\r\n\r\n".encode())
     time.sleep(0.2)
 
@@ -206,7 +206,7 @@ def test_put_config_errors_name_the_body(admin_sluice, backends, tmp_path):
 
 def test_expect_continue_needs_the_token_first(admin_sluice, backends, tmp_path):
     s, _ = with_token(admin_sluice, backends, tmp_path)
-    head = "PUT /config HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\nExpect: 100-continue\r\n"
+    head = "PUT /config HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1048576\r\nExpect: 100-continue\r\n"
     for auth in ("", "Authorization: Bearer wrong\r\n"):
         resp = raw_exchange(s.admin_addr, (head + auth + "\r\n").encode())
         assert b"100 Continue" not in resp, resp[:300]
@@ -217,7 +217,7 @@ def test_expect_continue_needs_the_token_first(admin_sluice, backends, tmp_path)
     body = b"[global]\nworkers = true\n"
     c = harness.connect(*s.admin_addr, timeout=10)
     try:
-        c.sendall(f"PUT /config HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+        c.sendall(f"PUT /config HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
                   f"Expect: 100-continue\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
         first = b""
         while b"\r\n\r\n" not in first:

@@ -59,6 +59,7 @@ inline Request request(std::string method, std::string path, std::string body = 
   r.path = std::move(path);
   r.body = std::move(body);
   r.peer = "127.0.0.1:1";
+  r.headers["host"] = "127.0.0.1:9090";  // what a client of the default listen address sends
   return r;
 }
 

@@ -303,3 +303,75 @@ TEST_CASE("the page shows peaks, limits, the last check, downtime and a button p
   CHECK(b_row.find("data-action=\"disable\"") == std::string::npos);
   CHECK(b_row.find("data-action=\"weight\"") != std::string::npos);
 }
+
+TEST_CASE("a change whose Host is not this API's name is refused before it is made (DNS rebinding)") {
+  Fixture f;
+  AdminApi api(f.hooks());
+  ServerState& a = f.snapshot->find_upstream("pg")->server(0);
+  AdminConfig c;
+  c.listen.host = "127.0.0.1";
+  c.listen.port = 9090;
+  c.allowed_hosts = {"lb1.example"};
+  api.set_allowed_hosts(allowed_hosts(c, 9090));
+  // The page's own name in Host and Origin alike: they match each other.
+  for (const char* path : {"/upstreams/pg/servers/127.0.0.1:5001/drain", "/reload", "/healthcheck/fail"}) {
+    CAPTURE(path);
+    Request r = request("POST", path);
+    r.headers["host"] = "rebind.attacker.example:9090";
+    r.headers["origin"] = "http://rebind.attacker.example:9090";
+    const std::optional<Response> refused = api.authorize(r);
+    REQUIRE(refused.has_value());
+    CHECK(refused->status == 421);
+    CHECK(api.handle(r).status == 421);
+    r.headers.erase("host");  // HTTP/1.0 may send none
+    CHECK(api.handle(r).status == 421);
+  }
+  CHECK(a.admin() == AdminState::enabled);
+  CHECK(f.reloads == 0);
+  CHECK(f.info.ready);
+  Request r = request("PUT", "/config", "ok");
+  r.headers["host"] = "lb1.example:9090";  // listed
+  CHECK(api.handle(r).status == 200);
+  r = request("GET", "/status");
+  r.headers["host"] = "rebind.attacker.example:9090";
+  CHECK(api.handle(r).status == 200);  // reading changes nothing
+  // With the token, an unauthenticated client learns nothing more than 401.
+  api.set_token("s3cret");
+  r = request("POST", "/reload");
+  r.headers["host"] = "rebind.attacker.example";
+  CHECK(api.handle(r).status == 401);
+  r.headers["authorization"] = "Bearer s3cret";
+  CHECK(api.handle(r).status == 421);
+}
+
+TEST_CASE("who asked: the address, and the Basic user name when one is given") {
+  Request r = request("POST", "/reload");
+  r.peer = "127.0.0.1:5555";
+  CHECK(requester(r) == "127.0.0.1:5555");
+  r.headers["authorization"] = "Bearer s3cret";
+  CHECK(requester(r) == "127.0.0.1:5555");
+  r.headers["authorization"] = "Basic YWRtaW46czNjcmV0";  // admin:s3cret
+  CHECK(requester(r) == "127.0.0.1:5555 as user \"admin\"");
+  r.headers["authorization"] = "Basic OnMzY3JldA==";  // :s3cret
+  CHECK(requester(r) == "127.0.0.1:5555");
+  r.headers["authorization"] = "Basic YQpiIGM6eA==";  // "a\nb c:x"
+  CHECK(requester(r) == "127.0.0.1:5555 as user \"a\\x0ab\\x20c\"");
+  r.headers["authorization"] = "Basic !!!";
+  CHECK(requester(r) == "127.0.0.1:5555");
+}
+
+TEST_CASE("PUT /config: a failed body without a line break gets the --data-binary hint") {
+  CHECK(put_config_hint("# sluice[global]workers = 2[[listener]]").find("--data-binary") != std::string::npos);
+  CHECK(put_config_hint("[global]\nworkers = 2").empty());
+  CHECK(put_config_hint("").empty());
+  Fixture f;
+  AdminApi api(f.hooks());
+  Response r = api.handle(request("PUT", "/config", "# all one line[[listener]]"));
+  REQUIRE(r.status == 400);
+  nlohmann::json doc = nlohmann::json::parse(r.body);
+  CHECK(doc["error"] == "t.toml:1:2: no");
+  CHECK(doc["hint"].get<std::string>().find("--data-binary") != std::string::npos);
+  r = api.handle(request("PUT", "/config", "# two\nlines"));
+  REQUIRE(r.status == 400);
+  CHECK_FALSE(nlohmann::json::parse(r.body).contains("hint"));
+}

@@ -135,14 +135,14 @@ TEST_CASE("a full server closes the oldest connection without a request, never o
   const int port = listen_port(server);
 
   Client busy(port);  // the oldest: headers in, the body still coming
-  busy.send("PUT /w HTTP/1.1\r\nContent-Length: 4\r\n\r\nab");
+  busy.send("PUT /w HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab");
   REQUIRE(l.run_until({&busy}, [&] { return gated == 1; }));
   Client idle1(port);
   Client idle2(port);
   Client late(port);  // the fourth: idle1 makes room
   REQUIRE(l.run_until({&busy, &idle1, &idle2, &late}, [&] { return idle1.eof; }));
   CHECK(idle1.got.empty());
-  late.send("GET /late HTTP/1.1\r\n\r\n");
+  late.send("GET /late HTTP/1.1\r\nHost: x\r\n\r\n");
   REQUIRE(l.run_until({&busy, &idle1, &idle2, &late}, [&] { return late.answered(); }));
   CHECK(late.got.starts_with("HTTP/1.1 200 OK\r\n"));
   CHECK(late.body() == "/late ");
@@ -162,10 +162,10 @@ TEST_CASE("a connection that only waits for the client's FIN makes room before a
 
   Client idle(port);  // the oldest, without a request
   Client done(port);  // answered; sluice waits for its FIN (it never comes)
-  done.send("GET /done HTTP/1.1\r\n\r\n");
+  done.send("GET /done HTTP/1.1\r\nHost: x\r\n\r\n");
   REQUIRE(l.run_until({&idle, &done}, [&] { return done.answered(); }));
   Client next(port);
-  next.send("GET /next HTTP/1.1\r\n\r\n");
+  next.send("GET /next HTTP/1.1\r\nHost: x\r\n\r\n");
   REQUIRE(l.run_until({&idle, &next}, [&] { return next.answered(); }));
   CHECK(next.body() == "/next ");
   CHECK_FALSE(idle.eof);
@@ -187,13 +187,13 @@ TEST_CASE("the gate answers before the body and before 100 Continue") {
   const int port = listen_port(server);
 
   Client refused(port);
-  refused.send("PUT /config HTTP/1.1\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n");
+  refused.send("PUT /config HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n");
   REQUIRE(l.run_until({&refused}, [&] { return refused.answered(); }));
   CHECK(refused.got.starts_with("HTTP/1.1 401 Unauthorized\r\n"));
   CHECK(refused.got.find("100 Continue") == std::string::npos);
 
   Client allowed(port);
-  allowed.send("PUT /config HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\nAuthorization: x\r\n\r\n");
+  allowed.send("PUT /config HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\nAuthorization: x\r\n\r\n");
   REQUIRE(l.run_until({&allowed}, [&] { return allowed.got.size() >= 25; }));
   CHECK(allowed.got == "HTTP/1.1 100 Continue\r\n\r\n");
   allowed.send("abc");
@@ -209,8 +209,8 @@ TEST_CASE("HEAD answers the headers of GET without the body") {
   const int port = listen_port(server);
   Client get(port);
   Client head(port);
-  get.send("GET /x HTTP/1.1\r\n\r\n");
-  head.send("HEAD /x HTTP/1.1\r\n\r\n");
+  get.send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n");
+  head.send("HEAD /x HTTP/1.1\r\nHost: x\r\n\r\n");
   REQUIRE(l.run_until({&get, &head}, [&] { return get.answered() && head.answered(); }));
   CHECK(get.body() == "/x ");
   CHECK(head.body().empty());
@@ -229,7 +229,7 @@ TEST_CASE("a FIN right after the request does not cut a long answer") {
   });
   const int port = listen_port(server);
   Client c(port, true);
-  c.send("GET /metrics HTTP/1.1\r\n\r\n");
+  c.send("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
   REQUIRE(::shutdown(c.fd, SHUT_WR) == 0);
   // A slow reader: a little at each turn of the loop.
   REQUIRE(l.run_until({&c}, [&] { return c.eof; }, 2048));

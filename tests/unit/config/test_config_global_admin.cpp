@@ -51,9 +51,10 @@ TEST_CASE("[global]: new keys, defaults and values") {
 
 TEST_CASE("[admin]: errors") {
   const TempFile blank(" \n\t\n", "token");
+  const TempFile too_long(std::string(sluice::kMaxAdminTokenBytes + 1, 't') + "\n", "token");
   check_cases({
       {"admin = true\n" + kTail, "x.toml:1:9: top level: admin must be a table ([admin]), got boolean true"},
-      {"[admin]\nport = 9090\n" + kTail, "x.toml:2:1: [admin]: unknown key \"port\"; allowed: listen, token_file"},
+      {"[admin]\nport = 9090\n" + kTail, "x.toml:2:1: [admin]: unknown key \"port\"; allowed: listen, token_file, allowed_hosts"},
       {"[admin]\nlisten = \"[::]:9090\"\n" + kTail,
        "x.toml:2:10: [admin]: listen \"[::]:9090\" is not a loopback address: set token_file so that every request "
        "needs a token"},
@@ -72,7 +73,29 @@ TEST_CASE("[admin]: errors") {
       {"[admin]\nlisten = \"127.0.0.1:7000\"\n[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:7000\"\n"
        "upstream = \"u\"\n" + kUpstreamU,
        "x.toml:2:10: [admin]: listen \"127.0.0.1:7000\" is already used by listener \"l\""},
+      {"[admin]\ntoken_file = \"" + too_long.path() + "\"\n" + kTail,
+       "x.toml:2:14: [admin]: token_file \"" + too_long.path() + "\" holds a token of 4097 bytes; at most 4096"},
+      {"[admin]\nallowed_hosts = \"lb1.example\"\n" + kTail,
+       "x.toml:2:17: [admin]: allowed_hosts must be an array of host names like [\"lb1.example\"], got string "
+       "\"lb1.example\""},
+      {"[admin]\nallowed_hosts = [\"lb1.example\", 7]\n" + kTail,
+       "x.toml:2:33: [admin]: allowed_hosts entry 2 must be a host name like \"lb1.example\", got integer 7"},
+      {"[admin]\nallowed_hosts = [\"*.example.com\"]\n" + kTail,
+       "x.toml:2:18: [admin]: allowed_hosts entry 1 must be a host name like \"lb1.example\", or a name and a port "
+       "like \"lb1.example:8443\" (letters, digits, '-', '_' and dots; no wildcard, no scheme), got \"*.example.com\""},
+      {"[admin]\nallowed_hosts = [\"lb1.example:0\"]\n" + kTail,
+       "x.toml:2:18: [admin]: allowed_hosts entry 1 port must be 1..65535, got \"lb1.example:0\""},
+      {"[admin]\nallowed_hosts = [\"127.0.0.1\"]\n" + kTail,
+       "x.toml:2:18: [admin]: allowed_hosts entry 1 needs no entry: every literal IP address is allowed, got "
+       "\"127.0.0.1\""},
   });
+}
+
+TEST_CASE("[admin]: allowed_hosts as the admin API compares them") {
+  const auto c = sluice::parse_config("[admin]\nallowed_hosts = [\"LB1.Example.\", \"ops.example:8443\"]\n" + kTail,
+                                      "x.toml");
+  CHECK(c.admin.allowed_hosts == std::vector<std::string>{"lb1.example", "ops.example:8443"});
+  CHECK(sluice::parse_config("[admin]\n" + kTail, "x.toml").admin.allowed_hosts.empty());
 }
 
 TEST_CASE("[admin]: absent, empty, loopback and with a token") {
