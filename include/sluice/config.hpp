@@ -220,6 +220,9 @@ struct UpstreamConfig {
 };
 
 enum class Preread { none, tls, postgres };
+// The protocol a listener's clients speak, when the file says so: a client
+// that sluice refuses is told why in that protocol (src/preread/refusal.hpp).
+enum class ClientProtocol { none, postgres, mysql, redis };
 enum class OnNotTls { use_default, close };
 enum class OnMalformed { close, use_default };
 enum class Splice { off, pipe, automatic };  // "off" | "pipe" | "auto"
@@ -259,6 +262,7 @@ struct ListenerConfig {
   std::uint32_t tcp_keepalive_count = 6;
   // Preread (TLS ClientHello, or PostgreSQL SSLRequest + ClientHello)
   Preread preread = Preread::none;
+  ClientProtocol protocol = ClientProtocol::none;  // preread = "postgres" implies postgres
   Duration preread_timeout = std::chrono::seconds(5);
   std::uint32_t preread_max_bytes = 16384;
   std::vector<Route> routes;

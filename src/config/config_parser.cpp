@@ -124,7 +124,7 @@ struct Home {
 };
 
 const Home kListenerHome = {{"listen", "connect_timeout", "idle_timeout", "tries", "next_upstream_timeout",
-                             "fin_timeout", "max_lifetime", "backlog", "preread", "preread_timeout",
+                             "fin_timeout", "max_lifetime", "backlog", "preread", "protocol", "preread_timeout",
                              "preread_max_bytes", "routes", "default_upstream", "on_not_tls", "on_malformed",
                              "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_interval", "tcp_keepalive_count",
                              "accept_proxy", "trusted_proxies", "allow", "deny", "client_max_connections",
@@ -572,7 +572,7 @@ class Parser {
                            "on_malformed", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_interval",
                            "tcp_keepalive_count", "accept_proxy", "trusted_proxies", "allow", "deny",
                            "max_connections", "client_max_connections", "client_rate_limit", "splice",
-                           "half_close"});
+                           "half_close", "protocol"});
 
     r.require("name");
     l.name = *r.string("name");
@@ -600,21 +600,26 @@ class Parser {
     // TLS and PostgreSQL preread both end in a ClientHello: the same routing keys apply.
     const bool tls = l.preread != Preread::none;
     const std::string mode = l.preread == Preread::postgres ? "preread = \"postgres\"" : "preread = \"tls\"";
+    parse_protocol(r, l);
 
     if (tls) {
       if (r.has("upstream")) {
         r.fail_key("upstream", "upstream is not allowed with " + mode + "; use default_upstream and routes");
       }
     } else {
-      // accept_proxy reads a PROXY header first, within preread_timeout.
+      // accept_proxy reads a PROXY header first, and a refusal in the
+      // clients' protocol their first message: both within preread_timeout.
       const bool proxy_header = r.has("accept_proxy") && r.boolean("accept_proxy").value_or(false);
+      const bool timed = proxy_header || l.protocol != ClientProtocol::none;
       for (std::string_view key : {"routes", "default_upstream", "on_not_tls", "on_malformed", "preread_timeout",
                                    "preread_max_bytes"}) {
-        if (key == "preread_timeout" && proxy_header) continue;
+        if (key == "preread_timeout" && timed) continue;
         if (r.has(key)) {
-          r.fail_key(key, std::string(key) + " is allowed only with preread = \"tls\" or \"postgres\"");
+          r.fail_key(key, std::string(key) + " is allowed only with preread = \"tls\" or \"postgres\"" +
+                              (key == "preread_timeout" ? " (or accept_proxy, or protocol)" : ""));
         }
       }
+      if (auto v = r.duration("preread_timeout", false)) l.preread_timeout = *v;
       r.require("upstream");
       l.upstream = *r.string("upstream");
       check_upstream(r, "upstream", *r.get("upstream"), l.upstream, config);
@@ -661,6 +666,21 @@ class Parser {
       l.splice = *v;
     }
     return l;
+  }
+
+  // protocol = "postgres" | "mysql" | "redis": what the clients speak, so
+  // that a refusal can be told in it. preread = "postgres" says it already.
+  static void parse_protocol(const TableReader& r, ListenerConfig& l) {
+    if (l.preread == Preread::postgres) l.protocol = ClientProtocol::postgres;
+    const auto v = r.choice<ClientProtocol>("protocol", {{"postgres", ClientProtocol::postgres},
+                                                        {"mysql", ClientProtocol::mysql},
+                                                        {"redis", ClientProtocol::redis}});
+    if (!v) return;
+    if (l.preread == Preread::postgres && *v != ClientProtocol::postgres) {
+      r.fail(*r.get("protocol"), "protocol = " + quote(*r.string("protocol")) +
+                                     " does not go with preread = \"postgres\", whose clients speak PostgreSQL");
+    }
+    l.protocol = *v;
   }
 
   // Linux takes keepalive times in whole seconds, at most 32767 (TCP_KEEPIDLE, TCP_KEEPINTVL).

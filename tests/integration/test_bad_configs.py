@@ -129,6 +129,8 @@ expect_body = "running"
 name = "redis"
 listen = "127.0.0.1:0"
 upstream = "redis"
+protocol = "redis"
+preread_timeout = "2s"
 
 [upstream.redis]
 proxy_protocol = "v1"

@@ -27,7 +27,7 @@ const std::string kListenerKeys =
     "max_lifetime, backlog, preread, preread_timeout, preread_max_bytes, routes, default_upstream, on_not_tls, "
     "on_malformed, tcp_keepalive, tcp_keepalive_idle, tcp_keepalive_interval, tcp_keepalive_count, accept_proxy, "
     "trusted_proxies, allow, deny, max_connections, client_max_connections, client_rate_limit, splice, "
-    "half_close";
+    "half_close, protocol";
 const std::string kUpstreamKeys =
     "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, all_down, fallback, proxy_protocol, "
     "drain_timeout, queue, queue_timeout, servers, sentinel, health";
@@ -179,7 +179,16 @@ TEST_CASE("[[listener]]: preread keys") {
       {kL + "on_malformed = \"close\"\n" + kUpstreamU,
        "x.toml:5:1: listener \"l\": on_malformed is allowed only with preread = \"tls\" or \"postgres\""},
       {kL + "preread = \"none\"\npreread_timeout = \"1s\"\n" + kUpstreamU,
-       "x.toml:6:1: listener \"l\": preread_timeout is allowed only with preread = \"tls\" or \"postgres\""},
+       "x.toml:6:1: listener \"l\": preread_timeout is allowed only with preread = \"tls\" or \"postgres\" (or "
+       "accept_proxy, or protocol)"},
+      {kL + "protocol = \"mongodb\"\n" + kUpstreamU,
+       "x.toml:5:12: listener \"l\": protocol must be one of postgres|mysql|redis, got \"mongodb\""},
+      {kL + "protocol = \"redis\"\npreread_timeout = \"0s\"\n" + kUpstreamU,
+       "x.toml:6:19: listener \"l\": preread_timeout must be greater than 0, got \"0s\""},
+      {"[[listener]]\nname = \"p\"\nlisten = \"127.0.0.1:0\"\npreread = \"postgres\"\nprotocol = \"mysql\"\n"
+       "default_upstream = \"u\"\n" + kUpstreamU,
+       "x.toml:5:12: listener \"p\": protocol = \"mysql\" does not go with preread = \"postgres\", whose clients "
+       "speak PostgreSQL"},
       {kL + "preread_max_bytes = 1024\n" + kUpstreamU,
        "x.toml:5:1: listener \"l\": preread_max_bytes is allowed only with preread = \"tls\" or \"postgres\""},
       {kT + "upstream = \"u\"\n" + kUpstreamU,
@@ -376,6 +385,28 @@ TEST_CASE("defaults are applied") {
   CHECK(u.servers[0].weight == 1);
   CHECK(u.servers[0].max_conns == 0);
   CHECK_FALSE(u.servers[0].backup);
+}
+
+TEST_CASE("protocol: named, implied by preread = \"postgres\", and preread_timeout with it") {
+  CHECK(sluice::parse_config(kTail, "x.toml").listeners[0].protocol == sluice::ClientProtocol::none);
+  for (const auto& [text, want] : {std::pair{"postgres", sluice::ClientProtocol::postgres},
+                                   std::pair{"mysql", sluice::ClientProtocol::mysql},
+                                   std::pair{"redis", sluice::ClientProtocol::redis}}) {
+    CAPTURE(text);
+    const Config c = sluice::parse_config(kL + "protocol = \"" + text + "\"\npreread_timeout = \"2s\"\n" + kUpstreamU,
+                                          "x.toml");
+    CHECK(c.listeners[0].protocol == want);
+    CHECK(c.listeners[0].preread_timeout == 2s);
+  }
+  const std::string pg = "[[listener]]\nname = \"p\"\nlisten = \"127.0.0.1:0\"\npreread = \"postgres\"\n"
+                         "default_upstream = \"u\"\n";
+  CHECK(sluice::parse_config(pg + kUpstreamU, "x.toml").listeners[0].protocol == sluice::ClientProtocol::postgres);
+  CHECK(sluice::parse_config(pg + "protocol = \"postgres\"\n" + kUpstreamU, "x.toml").listeners[0].protocol ==
+        sluice::ClientProtocol::postgres);
+  // accept_proxy's preread_timeout is read too (it was accepted and left unused).
+  const Config proxied = sluice::parse_config(
+      kL + "accept_proxy = true\ntrusted_proxies = [\"127.0.0.1\"]\npreread_timeout = \"3s\"\n" + kUpstreamU, "x.toml");
+  CHECK(proxied.listeners[0].preread_timeout == 3s);
 }
 
 TEST_CASE("every key is read") {
