@@ -208,14 +208,14 @@ class Parser {
       check_fallbacks(config);
     }
 
+    // No listener is a valid file (a package's default, or an instance
+    // that only checks servers until one is added): it serves no client.
     const toml::node* listeners = top.get("listener");
-    if (listeners == nullptr) top.fail_table("at least one [[listener]] is required");
-    const auto* array = listeners->as_array();
-    if (array != nullptr && array->empty()) top.fail(*listeners, "at least one [[listener]] is required");
-    if (array == nullptr || !array->is_array_of_tables()) {
+    const auto* array = listeners != nullptr ? listeners->as_array() : nullptr;
+    if (listeners != nullptr && (array == nullptr || (!array->empty() && !array->is_array_of_tables()))) {
       top.fail_type("listener", *listeners, "an array of tables ([[listener]])");
     }
-    for (std::size_t i = 0; i < array->size(); ++i) {
+    for (std::size_t i = 0; array != nullptr && i < array->size(); ++i) {
       const toml::table& table = *(*array)[i].as_table();
       const TableReader placement(table, listener_context(table, i + 1), path_);
       reject_proxy_protocol_on_listener(placement);

@@ -49,8 +49,6 @@ TEST_CASE("syntax errors and the top level") {
       {"global = 5\n" + kTail, "x.toml:1:10: top level: global must be a table ([global]), got integer 5"},
       {"upstream = \"u\"\n" + kListenerL,
        "x.toml:1:12: top level: upstream must be a table of upstreams ([upstream.NAME]), got string \"u\""},
-      {"[global]\nworkers = 1\n" + kUpstreamU, "x.toml:1:1: top level: at least one [[listener]] is required"},
-      {"listener = []\n" + kUpstreamU, "x.toml:1:12: top level: at least one [[listener]] is required"},
       {"[listener]\nname = \"l\"\n" + kUpstreamU,
        "x.toml:1:1: top level: listener must be an array of tables ([[listener]]), got table"},
       {"listener = [1]\n" + kUpstreamU,
@@ -407,6 +405,15 @@ TEST_CASE("protocol: named, implied by preread = \"postgres\", and preread_timeo
   const Config proxied = sluice::parse_config(
       kL + "accept_proxy = true\ntrusted_proxies = [\"127.0.0.1\"]\npreread_timeout = \"3s\"\n" + kUpstreamU, "x.toml");
   CHECK(proxied.listeners[0].preread_timeout == 3s);
+}
+
+TEST_CASE("a file with no listener is valid") {
+  CHECK(sluice::parse_config("", "x.toml").listeners.empty());
+  const Config c = sluice::parse_config("[global]\nworkers = 1\n[admin]\nlisten = \"127.0.0.1:0\"\n" + kUpstreamU, "x.toml");
+  CHECK(c.listeners.empty());
+  CHECK(c.admin.enabled);
+  CHECK(c.upstreams.size() == 1);
+  CHECK(sluice::parse_config("listener = []\n" + kUpstreamU, "x.toml").listeners.empty());
 }
 
 TEST_CASE("every key is read") {
