@@ -336,7 +336,7 @@ class Parser {
                 "must be a table ([upstream." + std::string(key->str()) + "]), got " + describe(*node));
       }
       check_placement(*body, context);
-      UpstreamConfig u = parse_upstream(*body, context, config.global);
+      UpstreamConfig u = parse_upstream(*body, context, config.global, config.resolver.family);
       u.name = std::string(key->str());
       config.upstreams.emplace(u.name, std::move(u));
     }
@@ -361,7 +361,8 @@ class Parser {
     return named ? "listener " + quote(name_node->as_string()->get()) : "listener #" + std::to_string(index);
   }
 
-  UpstreamConfig parse_upstream(const toml::table& table, const std::string& context, const GlobalConfig& global) {
+  UpstreamConfig parse_upstream(const toml::table& table, const std::string& context, const GlobalConfig& global,
+                                AddressFamily family) {
     TableReader r(table, context, path_);
     r.reject_unknown_keys({"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
                            "fallback", "proxy_protocol", "drain_timeout", "queue", "queue_timeout", "servers",
@@ -445,11 +446,15 @@ class Parser {
                 "must be a table like { address = \"10.0.0.1:5432\" }, got " + describe(node));
       }
       if (config_detail::is_discovered_entry(*table_node)) {
-        add_discovered(u, config_detail::parse_discovered_entry(*table_node, server_context, path_, hashing),
+        add_discovered(u, config_detail::parse_discovered_entry(*table_node, server_context, path_, hashing, family),
                        *table_node, server_context);
         continue;
       }
       TableReader s(*table_node, server_context, path_);
+      if (s.has("family")) {
+        s.fail_key("family", "family is allowed only on servers from DNS (resolve = true, or service): a fixed "
+                             "address has its own");
+      }
       s.reject_unknown_keys({"address", "resolve", "weight", "max_conns", "backup"});
       ServerConfig server;
       const toml::node& address_node = s.require("address");
