@@ -557,6 +557,15 @@ TEST_CASE("tls listener with only routes, integer hash_balance_factor") {
   CHECK(u.hash_balance_factor == 2.0);
 }
 
+TEST_CASE("the installed configuration starts no listener") {
+  // The template of /etc/sluice/sluice.toml: its @...@ are in comments only.
+  const Config c = sluice::load_config("conf/default.toml.in");
+  CHECK(c.listeners.empty());
+  CHECK(c.admin.enabled);
+  CHECK(c.admin.listen.text == "127.0.0.1:8489");
+  CHECK(c.upstreams.empty());
+}
+
 TEST_CASE("the shipped example files load") {
   const Config demo = sluice::load_config("conf/sluice.toml");
   CHECK(demo.path == "conf/sluice.toml");
