@@ -37,8 +37,8 @@ def anchors(page: Path) -> set[str]:
 
 def broken_links(docdir: Path) -> list[str]:
     """"page -> target" for each relative link of a page under `docdir`
-    whose target is not a file under `docdir` (or, for a page, has no such
-    heading)."""
+    whose target is not a file or directory under `docdir` (or, for a page,
+    has no such heading)."""
     docdir = docdir.resolve()
     broken = []
     for page in sorted(docdir.rglob("*.md")):
@@ -46,7 +46,8 @@ def broken_links(docdir: Path) -> list[str]:
             file_part, _, anchor = target.partition("#")
             path = (page.parent / file_part).resolve()
             inside = path == docdir or docdir in path.parents
-            if not inside or not path.is_file():
+            # A directory (a recipe's files) is shipped when it is there.
+            if not inside or not (path.is_file() or path.is_dir()):
                 broken.append(f"{page.relative_to(docdir)} -> {target}")
             elif anchor and path.suffix == ".md" and anchor not in anchors(path):
                 broken.append(f"{page.relative_to(docdir)} -> {target} (no such heading)")
