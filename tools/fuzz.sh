@@ -28,7 +28,7 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_sanitize=address,undefined -Db_lundef=false
 fi
 # Only the fuzz target: the rest of the tree is not needed here.
-targets=(fuzz_client_hello fuzz_proxy_header fuzz_config fuzz_postgres_start fuzz_admin_request)
+targets=(fuzz_client_hello fuzz_proxy_header fuzz_config fuzz_postgres_start fuzz_refusal fuzz_admin_request)
 ninja -C "$build" "${targets[@]/#/tests/fuzz/}"
 share=$(( (seconds + ${#targets[@]} - 1) / ${#targets[@]} ))
 
@@ -95,6 +95,18 @@ printf '\000\000\000\051\000\003\000\000user\000alice\000database\000db\000\000'
 printf '\000\000\000\010\004\322\026\060' > "$pgcorpus/gssenc_request"
 printf '\000\000\000\020\004\322\026\056\000\000\004\322\000\000\026\056' > "$pgcorpus/cancel_request"
 run_fuzzer fuzz_postgres_start 20000 "$pgcorpus"
+
+# A refused client's first message: the first byte picks the protocol
+# (0: PostgreSQL, 1: Redis, 2: MySQL) and the cut.
+rcorpus="$build/fuzz-corpus-refusal"
+rm -rf "$rcorpus"
+mkdir -p "$rcorpus"
+{ printf '\000'; printf "$ssl_request"; printf '\000\000\000\051\000\003\000\000user\000alice\000database\000db\000\000'; } \
+  > "$rcorpus/pg_ssl_startup"
+printf '\001*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n' > "$rcorpus/redis_echo"
+printf '\004PING\r\n' > "$rcorpus/redis_inline"
+printf '\002' > "$rcorpus/mysql"
+run_fuzzer fuzz_refusal 70000 "$rcorpus"
 
 # Admin API requests: the routes the API serves, a chunked body, a
 # 100-continue upload, and a few broken ones. The first three bytes are the

@@ -233,7 +233,7 @@ lane_two() {
       pytest_suite build-ci SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
     return
   fi
-  exec_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start and admin request parsers ${fuzz_seconds}s" \
+  exec_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start, refusal and admin request parsers ${fuzz_seconds}s" \
     tools/fuzz.sh "$fuzz_seconds"
   if built asan; then
     exec_step "asan+ubsan integration+e2e, splice = pipe" \

@@ -8,7 +8,11 @@ tables, `code`, **bold** and links. A table whose last column is "meaning"
 (the key tables) becomes one entry per row: the key in bold, then its
 other columns on one line, then the meaning.
 
-Usage: config_man.py docs/configuration.md OUTPUT.scd
+The page names the files where an installation puts them: the source
+tree's `conf/` (the examples) and `docs/` (the guides) become DOCDIR's
+`examples/` and DOCDIR, and the configuration file is SYSCONFDIR's.
+
+Usage: config_man.py docs/configuration.md OUTPUT.scd [DOCDIR [SYSCONFDIR]]
 """
 
 from __future__ import annotations
@@ -195,7 +199,7 @@ sluice.toml - the configuration file of *sluice*(8)
 
 # SYNOPSIS
 
-*/etc/sluice/sluice.toml*
+*{sysconfdir}/sluice/sluice.toml*
 
 # DESCRIPTION
 
@@ -205,20 +209,28 @@ SEE_ALSO = """
 # SEE ALSO
 
 *sluice*(8). The same text, with the operations guide (signals, the admin
-API, logs, termination causes) and the health check guide, is in sluice's
-documentation directory (/usr/share/doc/sluice on Debian), with example
-files under examples/.
+API, logs, termination causes), the health check and DNS discovery guides,
+is in {docdir}, with example files under {docdir}/examples.
 """
 
 
+def installed_paths(markdown: str, docdir: str, sysconfdir: str) -> str:
+    """Source-tree paths as an installation has them."""
+    markdown = re.sub(r"(?<![\w/.])conf/", docdir + "/examples/", markdown)
+    markdown = re.sub(r"(?<![\w/.])docs/", docdir + "/", markdown)
+    return markdown.replace("/etc/sluice/", sysconfdir + "/sluice/")
+
+
 def main() -> int:
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4, 5):
         print(__doc__, file=sys.stderr)
         return 2
+    docdir = sys.argv[3] if len(sys.argv) > 3 else "/usr/share/doc/sluice"
+    sysconfdir = sys.argv[4] if len(sys.argv) > 4 else "/etc"
     with open(sys.argv[1], encoding="utf-8") as f:
-        body = convert(f.read())
+        body = convert(installed_paths(f.read(), docdir, sysconfdir))
     with open(sys.argv[2], "w", encoding="utf-8") as f:
-        f.write(PREAMBLE + body + SEE_ALSO)
+        f.write(PREAMBLE.format(sysconfdir=sysconfdir) + body + SEE_ALSO.format(docdir=docdir))
     return 0
 
 

@@ -111,6 +111,9 @@ struct ServerConfig {
 //   { address = "db.internal:5432", resolve = true }: every A/AAAA address;
 //   { service = "_postgresql._tcp.db.service.consul" }: an SRV record set.
 enum class DiscoveryKind { host, service };
+// Which addresses a name gives: A and AAAA ("any"), or one of them. With
+// "ipv4" no AAAA query is sent (nginx's resolver ipv6=off), and the other way.
+enum class AddressFamily { any, ipv4, ipv6 };
 
 struct DiscoveredEntry {
   DiscoveryKind kind = DiscoveryKind::host;
@@ -120,6 +123,7 @@ struct DiscoveredEntry {
   std::uint32_t weight = 1;      // host only: SRV records carry their own
   std::uint32_t max_conns = 0;
   bool backup = false;
+  AddressFamily family = AddressFamily::any;  // as written, else [resolver]'s
 };
 
 // `sentinel = { ... }` on an upstream: its one server is the master that
@@ -138,6 +142,12 @@ struct ResolverConfig {
   std::uint32_t attempts = 2;                  // tries per query, over all nameservers
   Duration valid{0};                           // 0 = refresh per the records' TTL
   Duration hold = std::chrono::seconds(10);    // a server missing from a good answer stays this long
+  AddressFamily family = AddressFamily::any;   // of entries that do not say
+  // What one answer may bring: SRV records read from one answer, and
+  // servers one entry gives (so also addresses from one A or AAAA answer).
+  // More are dropped, with a warning.
+  std::uint32_t max_targets = 1000;
+  std::uint32_t max_addresses = 1000;
 };
 
 // [upstream.NAME.health]: active checks, run on the control loop.
@@ -228,6 +238,9 @@ struct UpstreamConfig {
 };
 
 enum class Preread { none, tls, postgres };
+// The protocol a listener's clients speak, when the file says so: a client
+// that sluice refuses is told why in that protocol (src/preread/refusal.hpp).
+enum class ClientProtocol { none, postgres, mysql, redis };
 enum class OnNotTls { use_default, close };
 enum class OnMalformed { close, use_default };
 enum class Splice { off, pipe, automatic };  // "off" | "pipe" | "auto"
@@ -267,6 +280,7 @@ struct ListenerConfig {
   std::uint32_t tcp_keepalive_count = 6;
   // Preread (TLS ClientHello, or PostgreSQL SSLRequest + ClientHello)
   Preread preread = Preread::none;
+  ClientProtocol protocol = ClientProtocol::none;  // preread = "postgres" implies postgres
   Duration preread_timeout = std::chrono::seconds(5);
   std::uint32_t preread_max_bytes = 16384;
   std::vector<Route> routes;

@@ -124,7 +124,7 @@ struct Home {
 };
 
 const Home kListenerHome = {{"listen", "connect_timeout", "idle_timeout", "tries", "next_upstream_timeout",
-                             "fin_timeout", "max_lifetime", "backlog", "preread", "preread_timeout",
+                             "fin_timeout", "max_lifetime", "backlog", "preread", "protocol", "preread_timeout",
                              "preread_max_bytes", "routes", "default_upstream", "on_not_tls", "on_malformed",
                              "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_interval", "tcp_keepalive_count",
                              "accept_proxy", "trusted_proxies", "allow", "deny", "client_max_connections",
@@ -208,14 +208,14 @@ class Parser {
       check_fallbacks(config);
     }
 
+    // No listener is a valid file (a package's default, or an instance
+    // that only checks servers until one is added): it serves no client.
     const toml::node* listeners = top.get("listener");
-    if (listeners == nullptr) top.fail_table("at least one [[listener]] is required");
-    const auto* array = listeners->as_array();
-    if (array != nullptr && array->empty()) top.fail(*listeners, "at least one [[listener]] is required");
-    if (array == nullptr || !array->is_array_of_tables()) {
+    const auto* array = listeners != nullptr ? listeners->as_array() : nullptr;
+    if (listeners != nullptr && (array == nullptr || (!array->empty() && !array->is_array_of_tables()))) {
       top.fail_type("listener", *listeners, "an array of tables ([[listener]])");
     }
-    for (std::size_t i = 0; i < array->size(); ++i) {
+    for (std::size_t i = 0; array != nullptr && i < array->size(); ++i) {
       const toml::table& table = *(*array)[i].as_table();
       const TableReader placement(table, listener_context(table, i + 1), path_);
       reject_proxy_protocol_on_listener(placement);
@@ -352,7 +352,7 @@ class Parser {
                 "must be a table ([upstream." + std::string(key->str()) + "]), got " + describe(*node));
       }
       check_placement(*body, context);
-      UpstreamConfig u = parse_upstream(*body, context, config.global);
+      UpstreamConfig u = parse_upstream(*body, context, config.global, config.resolver.family);
       u.name = std::string(key->str());
       config.upstreams.emplace(u.name, std::move(u));
     }
@@ -377,7 +377,8 @@ class Parser {
     return named ? "listener " + quote(name_node->as_string()->get()) : "listener #" + std::to_string(index);
   }
 
-  UpstreamConfig parse_upstream(const toml::table& table, const std::string& context, const GlobalConfig& global) {
+  UpstreamConfig parse_upstream(const toml::table& table, const std::string& context, const GlobalConfig& global,
+                                AddressFamily family) {
     TableReader r(table, context, path_);
     r.reject_unknown_keys({"balance", "max_fails", "fail_timeout", "hash_key", "hash_balance_factor", "all_down",
                            "fallback", "proxy_protocol", "drain_timeout", "queue", "queue_timeout", "servers",
@@ -461,11 +462,15 @@ class Parser {
                 "must be a table like { address = \"10.0.0.1:5432\" }, got " + describe(node));
       }
       if (config_detail::is_discovered_entry(*table_node)) {
-        add_discovered(u, config_detail::parse_discovered_entry(*table_node, server_context, path_, hashing),
+        add_discovered(u, config_detail::parse_discovered_entry(*table_node, server_context, path_, hashing, family),
                        *table_node, server_context);
         continue;
       }
       TableReader s(*table_node, server_context, path_);
+      if (s.has("family")) {
+        s.fail_key("family", "family is allowed only on servers from DNS (resolve = true, or service): a fixed "
+                             "address has its own");
+      }
       s.reject_unknown_keys({"address", "resolve", "weight", "max_conns", "backup"});
       ServerConfig server;
       const toml::node& address_node = s.require("address");
@@ -588,7 +593,7 @@ class Parser {
                            "on_malformed", "tcp_keepalive", "tcp_keepalive_idle", "tcp_keepalive_interval",
                            "tcp_keepalive_count", "accept_proxy", "trusted_proxies", "allow", "deny",
                            "max_connections", "client_max_connections", "client_rate_limit", "splice",
-                           "half_close"});
+                           "half_close", "protocol"});
 
     r.require("name");
     l.name = *r.string("name");
@@ -616,21 +621,26 @@ class Parser {
     // TLS and PostgreSQL preread both end in a ClientHello: the same routing keys apply.
     const bool tls = l.preread != Preread::none;
     const std::string mode = l.preread == Preread::postgres ? "preread = \"postgres\"" : "preread = \"tls\"";
+    parse_protocol(r, l);
 
     if (tls) {
       if (r.has("upstream")) {
         r.fail_key("upstream", "upstream is not allowed with " + mode + "; use default_upstream and routes");
       }
     } else {
-      // accept_proxy reads a PROXY header first, within preread_timeout.
+      // accept_proxy reads a PROXY header first, and a refusal in the
+      // clients' protocol their first message: both within preread_timeout.
       const bool proxy_header = r.has("accept_proxy") && r.boolean("accept_proxy").value_or(false);
+      const bool timed = proxy_header || l.protocol != ClientProtocol::none;
       for (std::string_view key : {"routes", "default_upstream", "on_not_tls", "on_malformed", "preread_timeout",
                                    "preread_max_bytes"}) {
-        if (key == "preread_timeout" && proxy_header) continue;
+        if (key == "preread_timeout" && timed) continue;
         if (r.has(key)) {
-          r.fail_key(key, std::string(key) + " is allowed only with preread = \"tls\" or \"postgres\"");
+          r.fail_key(key, std::string(key) + " is allowed only with preread = \"tls\" or \"postgres\"" +
+                              (key == "preread_timeout" ? " (or accept_proxy, or protocol)" : ""));
         }
       }
+      if (auto v = r.duration("preread_timeout", false)) l.preread_timeout = *v;
       r.require("upstream");
       l.upstream = *r.string("upstream");
       check_upstream(r, "upstream", *r.get("upstream"), l.upstream, config);
@@ -677,6 +687,21 @@ class Parser {
       l.splice = *v;
     }
     return l;
+  }
+
+  // protocol = "postgres" | "mysql" | "redis": what the clients speak, so
+  // that a refusal can be told in it. preread = "postgres" says it already.
+  static void parse_protocol(const TableReader& r, ListenerConfig& l) {
+    if (l.preread == Preread::postgres) l.protocol = ClientProtocol::postgres;
+    const auto v = r.choice<ClientProtocol>("protocol", {{"postgres", ClientProtocol::postgres},
+                                                        {"mysql", ClientProtocol::mysql},
+                                                        {"redis", ClientProtocol::redis}});
+    if (!v) return;
+    if (l.preread == Preread::postgres && *v != ClientProtocol::postgres) {
+      r.fail(*r.get("protocol"), "protocol = " + quote(*r.string("protocol")) +
+                                     " does not go with preread = \"postgres\", whose clients speak PostgreSQL");
+    }
+    l.protocol = *v;
   }
 
   // Linux takes keepalive times in whole seconds, at most 32767 (TCP_KEEPIDLE, TCP_KEEPINTVL).

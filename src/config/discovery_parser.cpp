@@ -49,12 +49,19 @@ bool is_discovered_entry(const toml::table& table) {
   return resolve != nullptr && (!resolve->is_boolean() || resolve->as_boolean()->get());
 }
 
+std::optional<AddressFamily> parse_family(const TableReader& r) {
+  return r.choice<AddressFamily>("family", {{"any", AddressFamily::any},
+                                            {"ipv4", AddressFamily::ipv4},
+                                            {"ipv6", AddressFamily::ipv6}});
+}
+
 DiscoveredEntry parse_discovered_entry(const toml::table& table, const std::string& context, const std::string& path,
-                                       bool hashing) {
+                                       bool hashing, AddressFamily family) {
   TableReader r(table, context, path);
   DiscoveredEntry e;
+  e.family = parse_family(r).value_or(family);
   if (r.has("service")) {
-    r.reject_unknown_keys({"service", "max_conns", "backup"});
+    r.reject_unknown_keys({"service", "max_conns", "backup", "family"});
     const std::string text = *r.string("service");
     e.kind = DiscoveryKind::service;
     e.text = text;
@@ -64,7 +71,7 @@ DiscoveredEntry parse_discovered_entry(const toml::table& table, const std::stri
                                     quote(text));
     }
   } else {
-    r.reject_unknown_keys({"address", "resolve", "weight", "max_conns", "backup"});
+    r.reject_unknown_keys({"address", "resolve", "weight", "max_conns", "backup", "family"});
     if (!r.boolean("resolve").value_or(false)) r.fail(*r.get("resolve"), "resolve must be true or false");
     const toml::node& address_node = r.require("address");
     const auto text = r.string("address");
@@ -160,7 +167,8 @@ std::optional<Endpoint> parse_nameserver(std::string_view text, std::string& err
 
 ResolverConfig parse_resolver(const toml::table& table, const std::string& path) {
   TableReader r(table, "[resolver]", path);
-  r.reject_unknown_keys({"nameservers", "timeout", "attempts", "valid", "hold"});
+  r.reject_unknown_keys({"nameservers", "timeout", "attempts", "valid", "hold", "family", "max_targets",
+                         "max_addresses"});
   ResolverConfig c;
   if (r.has("nameservers")) {
     const toml::array* list = r.array("nameservers", "an array of addresses like [\"10.0.0.2\", \"127.0.0.1:8600\"]");
@@ -186,6 +194,9 @@ ResolverConfig parse_resolver(const toml::table& table, const std::string& path)
     c.valid = *v;
   }
   if (auto v = r.duration("hold", true)) c.hold = *v;
+  if (auto v = parse_family(r)) c.family = *v;
+  if (auto v = r.integer("max_targets", 1, 100000)) c.max_targets = static_cast<std::uint32_t>(*v);
+  if (auto v = r.integer("max_addresses", 1, 100000)) c.max_addresses = static_cast<std::uint32_t>(*v);
   return c;
 }
 

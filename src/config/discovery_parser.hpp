@@ -2,6 +2,7 @@
 // ({ address = "host:port", resolve = true } and { service = "_x._tcp.name" }).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <toml++/toml.h>
@@ -10,15 +11,21 @@
 
 namespace sluice::config_detail {
 
+class TableReader;
+
 // True when a `servers` entry asks for DNS discovery (resolve = true, or a
 // service key); such an entry is read by parse_discovered_entry instead of
 // as a server.
 bool is_discovered_entry(const toml::table& table);
 
 // One discovery entry of an upstream. `hashing`: the upstream balances by
-// hash (no backups). Throws ConfigError.
+// hash (no backups); `family`: [resolver]'s, for an entry that does not
+// say. Throws ConfigError.
 DiscoveredEntry parse_discovered_entry(const toml::table& table, const std::string& context, const std::string& path,
-                                       bool hashing);
+                                       bool hashing, AddressFamily family);
+
+// `family = "ipv4" | "ipv6" | "any"`, absent: nullopt. Throws ConfigError.
+std::optional<AddressFamily> parse_family(const TableReader& r);
 
 // An upstream's `sentinel = { addresses = [...], master = "...",
 // password_file = "..." }`. Throws ConfigError.

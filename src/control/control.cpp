@@ -338,6 +338,10 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
   snapshot_is_current();
+  if (config->listeners.empty() && (!before || !before->config->listeners.empty())) {
+    spdlog::info("no listener configured: sluice takes no client connection until the file has a [[listener]] "
+                 "and is reloaded; the admin API and health checks run as configured");
+  }
   if (before) {
     drain_removed(*before, *snapshot_);
     close_replaced_masters(*before);
@@ -628,6 +632,13 @@ ReloadResult Control::reload(std::string_view origin) {
 ReloadResult Control::put_config(std::string_view toml) {
   spdlog::info("received PUT /config: validating {} byte(s) for {}", toml.size(), config_path_);
   ReloadResult r;
+  // A file without listeners is valid, but an empty upload is a mistake
+  // (a wrong path to curl's --data-binary @FILE), not a configuration.
+  if (toml.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    r = {false, "PUT /config body is empty: send the whole configuration file"};
+    record_reload("PUT /config", r);
+    return r;
+  }
   std::shared_ptr<const Config> config;
   try {
     // Errors name the body, where the mistake is, not the file on disk.

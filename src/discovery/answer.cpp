@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <functional>
+#include <tuple>
 
 #include "sluice/host.hpp"
 
@@ -217,6 +219,15 @@ std::uint32_t srv_weight(std::uint16_t weight) {
   return std::min<std::uint32_t>(weight, 1000);
 }
 
+bool wants(AddressFamily family, RecordType t) {
+  switch (t) {
+    case RecordType::a: return family != AddressFamily::ipv6;
+    case RecordType::aaaa: return family != AddressFamily::ipv4;
+    case RecordType::srv: return true;
+  }
+  return false;
+}
+
 std::vector<Found> servers_of_host(std::uint16_t port, const std::vector<std::string>& ips) {
   std::vector<Found> out;
   out.reserve(ips.size());
@@ -232,7 +243,78 @@ void normalize(std::vector<Found>& servers) {
                 servers.end());
 }
 
-std::vector<Found> HoldSet::update(const std::vector<Found>& fresh, TimePoint now, Duration hold) {
+std::size_t cap_records(std::vector<SrvRecord>& records, std::size_t max) {
+  if (records.size() <= max) return 0;
+  const std::size_t dropped = records.size() - max;
+  auto preferred = [](const SrvRecord& a, const SrvRecord& b) {
+    // Larger weights first: compare b's weight with a's.
+    return std::tie(a.priority, b.weight, a.target, a.port) < std::tie(b.priority, a.weight, b.target, b.port);
+  };
+  std::sort(records.begin(), records.end(), preferred);
+  records.resize(max);
+  std::sort(records.begin(), records.end(), [](const SrvRecord& a, const SrvRecord& b) {
+    return std::tie(a.target, a.port, a.priority, a.weight) < std::tie(b.target, b.port, b.priority, b.weight);
+  });
+  return dropped;
+}
+
+std::size_t cap_addresses(std::vector<std::string>& ips, std::size_t max) {
+  if (ips.size() <= max) return 0;
+  const std::size_t dropped = ips.size() - max;
+  ips.resize(max);
+  return dropped;
+}
+
+std::size_t cap_servers(std::vector<Found>& servers, std::size_t max) {
+  if (servers.size() <= max) return 0;
+  const std::size_t dropped = servers.size() - max;
+  std::sort(servers.begin(), servers.end(), [](const Found& a, const Found& b) {
+    return std::tie(a.backup, a.priority, b.weight, a.address) < std::tie(b.backup, b.priority, a.weight, b.address);
+  });
+  servers.resize(max);
+  normalize(servers);
+  return dropped;
+}
+
+std::vector<std::string> describe_changes(const std::vector<Found>& before, const std::vector<Found>& after, bool srv) {
+  std::vector<std::string> out;
+  auto added = [srv](const Found& f) {
+    std::string line = f.address + " added";
+    if (srv) {
+      line += " (weight " + std::to_string(f.weight) + ", priority " + std::to_string(f.priority) +
+              (f.backup ? ", a backup)" : ")");
+    }
+    return line;
+  };
+  std::size_t i = 0;
+  std::size_t j = 0;
+  while (i < before.size() || j < after.size()) {
+    if (j == after.size() || (i < before.size() && before[i].address < after[j].address)) {
+      out.push_back(before[i++].address + " removed");
+      continue;
+    }
+    if (i == before.size() || after[j].address < before[i].address) {
+      out.push_back(added(after[j++]));
+      continue;
+    }
+    const Found& a = before[i++];
+    const Found& b = after[j++];
+    if (a.weight != b.weight) {
+      out.push_back(b.address + " weight " + std::to_string(a.weight) + " -> " + std::to_string(b.weight));
+    }
+    const char* role = a.backup == b.backup ? "" : b.backup ? "now a backup" : "no longer a backup";
+    if (a.priority != b.priority) {
+      std::string line = b.address + " priority " + std::to_string(a.priority) + " -> " + std::to_string(b.priority);
+      if (*role != '\0') line += std::string(" (") + role + ")";
+      out.push_back(std::move(line));
+    } else if (*role != '\0') {
+      out.push_back(b.address + " " + role);  // another record's priority moved
+    }
+  }
+  return out;
+}
+
+std::vector<Found> HoldSet::update(const std::vector<Found>& fresh, TimePoint now, Duration hold, std::size_t max) {
   std::map<std::string, const Found*> now_found;
   for (const Found& f : fresh) now_found.emplace(f.address, &f);
   // What left since the last update starts its hold now.
@@ -245,6 +327,14 @@ std::vector<Found> HoldSet::update(const std::vector<Found>& fresh, TimePoint no
     it = back || expired ? held_.erase(it) : std::next(it);
   }
   std::vector<Found> out = fresh;
+  if (fresh.size() + held_.size() > max) {
+    // Too many: those that left most recently stay, the others go now.
+    std::vector<std::pair<TimePoint, std::string>> by_age;
+    for (const auto& [address, held] : held_) by_age.emplace_back(held.second, address);
+    std::sort(by_age.begin(), by_age.end(), std::greater<>());
+    const std::size_t room = max > fresh.size() ? max - fresh.size() : 0;
+    for (std::size_t k = room; k < by_age.size(); ++k) held_.erase(by_age[k].second);
+  }
   for (const auto& [address, held] : held_) out.push_back(held.first);
   normalize(out);
   current_ = out;

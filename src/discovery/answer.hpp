@@ -54,12 +54,18 @@ Duration refresh_interval(std::optional<std::uint32_t> ttl, Duration valid);
 inline constexpr Duration kMaxRetry = std::chrono::seconds(5);
 Duration retry_interval(Duration refresh);
 
+// Whether an entry of `family` asks for records of type `t` (A or AAAA).
+bool wants(AddressFamily family, RecordType t);
+
 // A server found for an entry, before the entry's own keys are applied.
 struct Found {
   std::string address;     // "10.0.0.7:5432", "[2001:db8::7]:5432"
   std::uint32_t weight = 0;  // SRV: the record's weight mapped by srv_weight(); host entries: 0 (the entry's)
   bool backup = false;     // SRV: a record of a higher priority than the lowest
-  bool operator==(const Found&) const = default;
+  std::uint16_t priority = 0;  // SRV: the record's (shown in the log when it changes)
+  // The same server as far as an upstream goes: a priority that changes
+  // and leaves `backup` as it was changes nothing to rebuild.
+  bool operator==(const Found& o) const { return address == o.address && weight == o.weight && backup == o.backup; }
   bool operator<(const Found& o) const { return address < o.address; }
 };
 
@@ -84,13 +90,33 @@ std::vector<Found> servers_of_service(const std::vector<SrvRecord>& records, boo
 // Sorted by address, one entry per address.
 void normalize(std::vector<Found>& servers);
 
+// What one answer may bring ([resolver] max_targets, max_addresses). Each
+// returns how many it dropped; what it keeps is the same whatever the
+// order of the answer, so that instances agree.
+// SRV records: the lowest priorities first, then the largest weights, then
+// by target and port. The records stay sorted as parse_answer sorts them.
+std::size_t cap_records(std::vector<SrvRecord>& records, std::size_t max);
+// Addresses (sorted): the first `max`.
+std::size_t cap_addresses(std::vector<std::string>& ips, std::size_t max);
+// An entry's servers (sorted by address): primaries before backups, then
+// the lowest priorities, the largest weights, the first addresses.
+std::size_t cap_servers(std::vector<Found>& servers, std::size_t max);
+
+// What changed between two lists of an entry's servers (sorted by
+// address), one line per server: "10.0.0.7:5432 added", "... removed",
+// "... weight 5 -> 30", "... priority 0 -> 1 (now a backup)". `srv`: the
+// servers come from SRV records (weights and priorities are theirs).
+std::vector<std::string> describe_changes(const std::vector<Found>& before, const std::vector<Found>& after, bool srv);
+
 // Servers that left an entry's answers stay for `hold` (the same Found),
 // unless DNS gives them back first. Keeps what was last returned.
 class HoldSet {
  public:
-  // The entry's servers now: `fresh` plus those held; updates the hold
-  // times. Sorted by address.
-  std::vector<Found> update(const std::vector<Found>& fresh, TimePoint now, Duration hold);
+  // The entry's servers now: `fresh` plus those held, at most `max` in all
+  // (the servers that left most recently are kept first; `fresh` must hold
+  // no more than `max`); updates the hold times. Sorted by address.
+  std::vector<Found> update(const std::vector<Found>& fresh, TimePoint now, Duration hold,
+                            std::size_t max = static_cast<std::size_t>(-1));
   // When the next held server is due to leave (TimePoint::max(): none held).
   TimePoint next_expiry(Duration hold) const;
   // Addresses held now (for status).
@@ -118,7 +144,7 @@ std::vector<Found> servers_of_service(const std::vector<SrvRecord>& records, boo
     const std::vector<std::string>* ips = ips_of(r.target);
     if (ips == nullptr) continue;
     for (const std::string& ip : *ips) {
-      Found f{address_text(ip, r.port), srv_weight(r.weight), backup};
+      Found f{address_text(ip, r.port), srv_weight(r.weight), backup, r.priority};
       auto [it, inserted] = by_address.emplace(f.address, std::make_pair(r.priority, f));
       if (inserted) continue;
       auto& [prio, have] = it->second;

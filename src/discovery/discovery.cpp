@@ -69,6 +69,10 @@ struct Discovery::Lookup {
   std::int64_t last_error_ms = 0;
   bool failing = false;      // in an episode of failures (logged once)
   std::uint64_t failures = 0;
+  // A failure whose episode is logged once the other family's first answer
+  // says whether that one gives addresses meanwhile (then it is no warning).
+  bool report_pending = false;
+  bool over_cap = false;     // the last answer had more records than the caps let in (warned once)
 };
 
 Discovery::Discovery(uv_loop_t* loop, ChangeCallback on_change) : loop_(loop), on_change_(std::move(on_change)) {
@@ -120,6 +124,9 @@ void Discovery::configure(const Config& config) {
   order_ = std::move(order);
   resolver_config_.valid = config.resolver.valid;
   resolver_config_.hold = config.resolver.hold;
+  resolver_config_.family = config.resolver.family;
+  resolver_config_.max_targets = config.resolver.max_targets;
+  resolver_config_.max_addresses = config.resolver.max_addresses;
   sync_lookups();
   recompute();
 }
@@ -141,19 +148,21 @@ Discovery::Lookup& Discovery::lookup(RecordType type, const std::string& name) {
 
 void Discovery::sync_lookups() {
   std::set<LookupKey> wanted;
+  auto want_addresses = [&wanted](AddressFamily family, const std::string& name) {
+    for (RecordType t : {RecordType::a, RecordType::aaaa}) {
+      if (wants(family, t)) wanted.insert({t, name});
+    }
+  };
   for (const auto& [key, e] : entries_) {
     if (e.config.kind == DiscoveryKind::host) {
-      wanted.insert({RecordType::a, e.config.name});
-      wanted.insert({RecordType::aaaa, e.config.name});
+      want_addresses(e.config.family, e.config.name);
       continue;
     }
     wanted.insert({RecordType::srv, e.config.name});
     auto it = lookups_.find({RecordType::srv, e.config.name});
     if (it == lookups_.end()) continue;
     for (const SrvRecord& r : it->second->answer.srv) {
-      if (r.target.empty()) continue;
-      wanted.insert({RecordType::a, r.target});
-      wanted.insert({RecordType::aaaa, r.target});
+      if (!r.target.empty()) want_addresses(e.config.family, r.target);
     }
   }
   for (auto it = lookups_.begin(); it != lookups_.end();) {
@@ -189,8 +198,23 @@ void Discovery::on_result(Lookup* l, QueryStatus status, const Answer* answer) {
   l->asked = true;
   bool changed = false;
   const std::string what = describe_lookup(l->type, l->name);
+  Lookup* other = sibling(*l);
   if (status == QueryStatus::answer || status == QueryStatus::nxdomain) {
-    const Answer got = answer != nullptr ? *answer : Answer{};
+    Answer got = answer != nullptr ? *answer : Answer{};
+    // What one answer may bring: the rest is dropped, the same way on every instance.
+    const bool srv = l->type == RecordType::srv;
+    const std::size_t total = srv ? got.srv.size() : got.ips.size();
+    const std::size_t dropped = srv ? cap_records(got.srv, resolver_config_.max_targets)
+                                    : cap_addresses(got.ips, resolver_config_.max_addresses);
+    if (dropped > 0 && !l->over_cap) {
+      spdlog::warn("DNS: {} gives {} {}, more than {} = {}: {} dropped ({})", what, total,
+                   srv ? "records" : "addresses", srv ? "max_targets" : "max_addresses",
+                   srv ? resolver_config_.max_targets : resolver_config_.max_addresses, dropped,
+                   srv ? "the highest priorities, then the smallest weights" : "the last in sorted order");
+    } else if (dropped == 0 && l->over_cap) {
+      spdlog::info("DNS: {} gives {} {} now, all of them used", what, total, srv ? "records" : "addresses");
+    }
+    l->over_cap = dropped > 0;
     changed = !l->have_answer || got.ips != l->answer.ips || got.srv != l->answer.srv;
     if (status == QueryStatus::nxdomain) {
       ++errors_["nxdomain"];
@@ -208,23 +232,34 @@ void Discovery::on_result(Lookup* l, QueryStatus status, const Answer* answer) {
       l->last_error.clear();
     }
     l->failing = false;
+    l->report_pending = false;
     l->failures = 0;
-    l->answer = got;
+    l->answer = std::move(got);
     l->have_answer = true;
     l->last_answer_ms = wall;
-    l->refresh = refresh_interval(got.ttl, resolver_config_.valid);
+    l->refresh = refresh_interval(l->answer.ttl, resolver_config_.valid);
   } else {
     const std::string kind(to_string(status));
-    ++errors_[kind];
+    // One family failing while the other gives addresses (a name server
+    // that refuses AAAA, say) costs nothing: counted once per episode, and
+    // no warning. An outage is counted query by query.
+    const bool other_answers = other != nullptr && other->have_answer && !other->failing && !other->answer.ips.empty();
+    if (!l->failing || !other_answers) ++errors_[kind];
     ++l->failures;
     l->last_error = kind;
     l->last_error_ms = wall;
     if (!l->failing) {
       l->failing = true;
-      spdlog::warn("DNS: query for {} failed ({}): {}", what, kind,
-                   l->have_answer ? "keeping its last answer until it answers again"
-                                  : "no server from it until it answers");
+      if (other != nullptr && !other->asked) {
+        l->report_pending = true;  // said once the other family's first answer is in
+      } else {
+        report_failure(*l, other);
+      }
     }
+  }
+  if (other != nullptr && other->report_pending && other->failing) {
+    other->report_pending = false;
+    report_failure(*other, l);
   }
   const Duration next = l->failing ? retry_interval(l->refresh) : l->refresh;
   l->next_ms = wall + next.count();
@@ -236,6 +271,28 @@ void Discovery::on_result(Lookup* l, QueryStatus status, const Answer* answer) {
     if (l->type == RecordType::srv) sync_lookups();
     recompute();
   }
+}
+
+// The first failure of an episode: a warning, unless the same name's
+// other address family gives addresses meanwhile.
+void Discovery::report_failure(Lookup& l, const Lookup* other) {
+  const std::string what = describe_lookup(l.type, l.name);
+  if (other != nullptr && other->have_answer && !other->failing && !other->answer.ips.empty()) {
+    const char* family = l.type == RecordType::aaaa ? "ipv4" : "ipv6";
+    spdlog::info("DNS: query for {} failed ({}) while {} answers: servers come from {} only until it answers "
+                 "(family = \"{}\" does not ask for {})",
+                 what, l.last_error, describe_lookup(other->type, other->name), to_string(other->type), family,
+                 to_string(l.type));
+    return;
+  }
+  spdlog::warn("DNS: query for {} failed ({}): {}", what, l.last_error,
+               l.have_answer ? "keeping its last answer until it answers again" : "no server from it until it answers");
+}
+
+Discovery::Lookup* Discovery::sibling(const Lookup& l) const {
+  if (l.type == RecordType::srv) return nullptr;
+  auto it = lookups_.find({l.type == RecordType::a ? RecordType::aaaa : RecordType::a, l.name});
+  return it == lookups_.end() || it->second->retired ? nullptr : it->second;
 }
 
 void Discovery::retire(Lookup* l) {
@@ -253,10 +310,12 @@ void Discovery::maybe_delete(Lookup* l) {
   if (l->timer_closed && !l->in_flight) delete l;
 }
 
-const std::vector<std::string>* Discovery::ips_of(const std::string& name, std::vector<std::string>& scratch) const {
+const std::vector<std::string>* Discovery::ips_of(const std::string& name, AddressFamily family,
+                                                  std::vector<std::string>& scratch) const {
   scratch.clear();
   bool known = false;
   for (RecordType t : {RecordType::a, RecordType::aaaa}) {
+    if (!wants(family, t)) continue;
     auto it = lookups_.find({t, name});
     if (it == lookups_.end() || !it->second->have_answer) continue;
     known = true;
@@ -268,7 +327,7 @@ const std::vector<std::string>* Discovery::ips_of(const std::string& name, std::
 std::vector<Found> Discovery::fresh(const Entry& e) const {
   std::vector<std::string> scratch;
   if (e.config.kind == DiscoveryKind::host) {
-    const auto* ips = ips_of(e.config.name, scratch);
+    const auto* ips = ips_of(e.config.name, e.config.family, scratch);
     return ips != nullptr ? servers_of_host(e.config.port, *ips) : std::vector<Found>{};
   }
   auto it = lookups_.find({RecordType::srv, e.config.name});
@@ -276,7 +335,7 @@ std::vector<Found> Discovery::fresh(const Entry& e) const {
   std::map<std::string, std::vector<std::string>> targets;
   auto out = servers_of_service(it->second->answer.srv, e.no_backups,
                                 [&](const std::string& target) -> const std::vector<std::string>* {
-                                  const auto* ips = ips_of(target, scratch);
+                                  const auto* ips = ips_of(target, e.config.family, scratch);
                                   if (ips == nullptr) return nullptr;
                                   return &(targets[target] = *ips);
                                 });
@@ -287,13 +346,45 @@ std::vector<Found> Discovery::fresh(const Entry& e) const {
 void Discovery::recompute() {
   const TimePoint now = Clock::now();
   bool changed = false;
+  constexpr std::size_t kMaxLines = 20;  // per entry and change: a big answer is summed up
   for (auto& [key, e] : entries_) {
+    const std::string& upstream = std::get<0>(key);
+    std::vector<Found> found = fresh(e);
+    const std::size_t total = found.size();
+    const std::size_t dropped = cap_servers(found, resolver_config_.max_addresses);
+    if (dropped > 0 && !e.over_cap) {
+      spdlog::warn("DNS: upstream \"{}\" {} gives {} servers, more than max_addresses = {}: {} dropped (backups, "
+                   "then the highest priorities, the smallest weights, the last addresses)",
+                   upstream, e.config.text, total, resolver_config_.max_addresses, dropped);
+    } else if (dropped == 0 && e.over_cap) {
+      spdlog::info("DNS: upstream \"{}\" {} gives {} servers now, all of them used", upstream, e.config.text, total);
+    }
+    e.over_cap = dropped > 0;
     const std::vector<Found> before = e.hold.current();
-    const std::vector<Found>& after = e.hold.update(fresh(e), now, resolver_config_.hold);
+    const std::vector<std::string> held_before = e.hold.held();
+    const std::vector<Found>& after = e.hold.update(found, now, resolver_config_.hold, resolver_config_.max_addresses);
+    const std::vector<std::string> held = e.hold.held();
+    // What changed, server by server: added, removed, weights and priorities,
+    // and servers that left DNS and wait out `hold` (or came back in it).
+    std::vector<std::string> lines = describe_changes(before, after, e.config.kind == DiscoveryKind::service);
+    for (const std::string& a : held) {
+      if (!std::binary_search(held_before.begin(), held_before.end(), a)) {
+        lines.push_back(a + " no longer in DNS: kept for hold " + format_duration(resolver_config_.hold));
+      }
+    }
+    for (const std::string& a : held_before) {
+      const bool still_here = std::any_of(after.begin(), after.end(), [&a](const Found& f) { return f.address == a; });
+      if (still_here && !std::binary_search(held.begin(), held.end(), a)) lines.push_back(a + " back in DNS");
+    }
+    for (std::size_t i = 0; i < lines.size() && i < kMaxLines; ++i) {
+      spdlog::info("DNS: upstream \"{}\" {}: {}", upstream, e.config.name, lines[i]);
+    }
+    if (lines.size() > kMaxLines) {
+      spdlog::info("DNS: upstream \"{}\" {}: and {} more changes", upstream, e.config.name, lines.size() - kMaxLines);
+    }
     if (after != before) {
       changed = true;
-      const auto held = e.hold.held();
-      spdlog::info("DNS: upstream \"{}\" {} gives {} server(s) now{}", std::get<0>(key), e.config.text, after.size(),
+      spdlog::info("DNS: upstream \"{}\" {} gives {} server(s) now{}", upstream, e.config.text, after.size(),
                    held.empty() ? std::string() : " (" + std::to_string(held.size()) + " held until hold ends)");
     }
   }
@@ -382,21 +473,26 @@ DnsStatus Discovery::status() const {
     DnsEntryStatus st;
     st.upstream = std::get<0>(key);
     st.entry = e.config.text;
-    st.type = e.config.kind == DiscoveryKind::host ? "A/AAAA" : "SRV";
+    const bool v4 = wants(e.config.family, RecordType::a);
+    const bool v6 = wants(e.config.family, RecordType::aaaa);
+    const std::string addresses = v4 && v6 ? "A/AAAA" : v4 ? "A" : "AAAA";
+    st.type = e.config.kind == DiscoveryKind::host ? addresses : "SRV";
     st.name = e.config.name;
     for (const Found& f : e.hold.current()) st.servers.push_back(f.address);
     st.held = e.hold.held();
     // Its names: the host's, or the service's and each target's.
     std::vector<LookupKey> names;
+    auto add_addresses = [&names, &e](const std::string& name) {
+      for (RecordType t : {RecordType::a, RecordType::aaaa}) {
+        if (wants(e.config.family, t)) names.push_back({t, name});
+      }
+    };
     if (e.config.kind == DiscoveryKind::host) {
-      names = {{RecordType::a, e.config.name}, {RecordType::aaaa, e.config.name}};
+      add_addresses(e.config.name);
     } else {
       names = {{RecordType::srv, e.config.name}};
       if (auto it = lookups_.find(names.front()); it != lookups_.end()) {
-        for (const SrvRecord& r : it->second->answer.srv) {
-          names.push_back({RecordType::a, r.target});
-          names.push_back({RecordType::aaaa, r.target});
-        }
+        for (const SrvRecord& r : it->second->answer.srv) add_addresses(r.target);
       }
     }
     for (const LookupKey& k : names) {

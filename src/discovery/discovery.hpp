@@ -77,6 +77,7 @@ class Discovery {
   struct Entry {
     DiscoveredEntry config;
     bool no_backups = false;  // hash balancing
+    bool over_cap = false;    // gave more than max_addresses servers last time (warned once)
     HoldSet hold;
   };
 
@@ -87,9 +88,13 @@ class Discovery {
   void on_result(Lookup* l, QueryStatus status, const Answer* answer);
   void retire(Lookup* l);
   void maybe_delete(Lookup* l);
-  // The ips of `name` from its A and AAAA answers (null when neither has
-  // answered yet).
-  const std::vector<std::string>* ips_of(const std::string& name, std::vector<std::string>& scratch) const;
+  // The ips of `name` from its A and AAAA answers, those of `family` (null
+  // when none of them has answered yet).
+  const std::vector<std::string>* ips_of(const std::string& name, AddressFamily family,
+                                         std::vector<std::string>& scratch) const;
+  // The same name's lookup of the other address family, if it is asked.
+  Lookup* sibling(const Lookup& l) const;
+  void report_failure(Lookup& l, const Lookup* other);
   std::vector<Found> fresh(const Entry& e) const;
   // Recomputes every entry's servers; schedules on_change when one changed.
   void recompute();

@@ -195,7 +195,7 @@ long Connector::enter_queue(WaitQueue& q, TimePoint now, bool panic) {
   switch (q.enter(ticket_, now, idx)) {
     case WaitQueue::Outcome::picked: return idx;
     case WaitQueue::Outcome::waiting: waiting_in_ = &q; return kQueued;
-    case WaitQueue::Outcome::full:
+    case WaitQueue::Outcome::full: queue_full_ = true; break;
     case WaitQueue::Outcome::none: break;
   }
   return -1;

@@ -73,6 +73,9 @@ class Connector final : public Deferred {
   ServerState* current() const { return holding_ ? server() : nullptr; }
   long index() const { return index_; }
   unsigned attempts() const { return attempts_; }
+  // A queue this session tried to enter was full (a no_server refusal then
+  // says so).
+  bool met_full_queue() const { return queue_full_; }
 
  private:
   struct Ticket;
@@ -98,6 +101,7 @@ class Connector final : public Deferred {
   Upstream* origin_ = nullptr;  // the upstream routed to
   long index_ = -1;
   bool holding_ = false;  // counted in the server's `active`
+  bool queue_full_ = false;
   unsigned attempts_ = 0;
   TriedSet tried_;
   WaitQueue* waiting_in_ = nullptr;  // the queue this session waits in; null when not waiting

@@ -19,6 +19,7 @@
 #include "log/rate_limited_warning.hpp"
 #include "preread/postgres.hpp"
 #include "preread/proxy_protocol.hpp"
+#include "preread/refusal.hpp"
 #include "proxy/buffer_pool.hpp"
 #include "proxy/postgres_stage.hpp"
 #include "proxy/proxy_header_stage.hpp"
@@ -46,6 +47,9 @@ struct Session::Extra {
   std::string alpn;
   SockAddr proxied_destination{};          // from a PROXY header
   bool pg_ssl = false;                     // the server must be asked for TLS (SSLRequest) first
+  bool refusing_counted = false;           // counted in the process's `refusing`
+  std::unique_ptr<preread::Refusal> refusal;  // while refusing
+  std::uint64_t refuse_deadline_ms = 0;    // the refusal gives up (closes) then
   RouteStats* route_stats = nullptr;       // the SNI route (or default) a preread chose
   // Bytes already in the byte counters: kept only once a session has
   // counted before its end (interim records, adoption), so that a short
@@ -72,6 +76,14 @@ const std::string& Session::alpn() const {
 namespace {
 
 std::uint64_t ms(Duration d) { return static_cast<std::uint64_t>(d.count()); }
+
+// Sessions that may be telling a refused client why at once, in the whole
+// process: each holds its socket for up to preread_timeout, and a flood of
+// refused clients must not hold more. Beyond it a refusal closes at once.
+constexpr std::uint64_t kMaxRefusing = 1024;
+// What a refusal reads and drops after the client's first message, so that
+// its close is a FIN rather than a reset that could overtake the reply.
+constexpr std::size_t kRefusalDrain = 64 * 1024;
 
 // Writes all of `data` to a socket that has taken nothing yet (a reply of a
 // few bytes): the kernel takes it whole, or something is wrong.
@@ -204,6 +216,99 @@ void Session::refuse(Cause cause) {
   finish(cause);
 }
 
+// ---- REFUSING --------------------------------------------------------------
+//
+// A client refused before any server answered (no server, a full or
+// timed-out queue, a limit, the access list), on a listener that knows its
+// clients' protocol, is told why in that protocol before the close
+// (preread/refusal.hpp): its first message is read (PostgreSQL's startup
+// packet, a Redis command; a MySQL client waits for the server to speak and
+// is answered at once), within preread_timeout and a few KiB, then the
+// error goes out. Every other refusal closes at once, as it always did.
+
+bool Session::begin_refusal(Cause cause) {
+  const ClientProtocol protocol = lv_.config->protocol;
+  if (protocol == ClientProtocol::none || !preread::is_told_refusal(cause) || !client_.open()) return false;
+  if (state_ != State::accepted && state_ != State::prereading && state_ != State::connecting) return false;
+  std::atomic<std::uint64_t>& refusing = snapshot_->registry->counters().refusing;
+  if (refusing.fetch_add(1, std::memory_order_relaxed) >= kMaxRefusing) {
+    refusing.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
+  Extra& x = extra();
+  x.refusing_counted = true;
+  cause_ = cause;
+  set_state(State::refusing);
+  // Nothing of a server is kept: its connect, its count, a place in its queue.
+  reactor().cancel(connector_);
+  connector_.release();
+  server_.close(false);
+  x.pg_deadline_ms = 0;
+  x.stage.reset();
+  x.refusal = std::make_unique<preread::Refusal>(protocol, cause, refused_upstream(), connector_.met_full_queue());
+  x.refuse_deadline_ms = uv_now(host_.loop()) + ms(lv_.config->preread_timeout);
+  // A preread's bytes are the start of the client's first message.
+  const std::vector<std::uint8_t> seen = std::move(x.forward);
+  x.forward = {};
+  const preread::Refusal::Step step = x.refusal->feed(seen);
+  if (!act_on_refusal(step.send, step.status == preread::Refusal::Status::done)) return true;
+  if (!client_.registered && !register_client()) return true;
+  arm_timer();
+  read_refusal();
+  return true;
+}
+
+// The upstream the client was refused from: the one routed to, else the
+// listener's own (an admission refusal comes before any routing).
+std::string Session::refused_upstream() const {
+  if (const Upstream* up = connector_.origin()) return up->name();
+  return lv_.upstream != nullptr ? lv_.upstream->name() : std::string();
+}
+
+void Session::read_refusal() {
+  while (state_ == State::refusing && client_.readable) {
+    Buffer* b = pool().get();
+    const ssize_t n = ::recv(client_.fd, b->data, Buffer::kSize, 0);
+    if (n > 0) {
+      if (static_cast<std::size_t>(n) < Buffer::kSize && !client_.rdhup) client_.readable = false;
+      const preread::Refusal::Step step =
+          extra_->refusal->feed({reinterpret_cast<const std::uint8_t*>(b->data), static_cast<std::size_t>(n)});
+      pool().put(b);
+      if (!act_on_refusal(step.send, step.status == preread::Refusal::Status::done)) return;
+      continue;
+    }
+    pool().put(b);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      client_.readable = false;
+      return;
+    }
+    finish(cause_);  // the client left (or reset) before its first message was whole
+    return;
+  }
+}
+
+bool Session::act_on_refusal(const std::string& send, bool done) {
+  // A few hundred bytes at most, on a socket that has taken next to nothing:
+  // the kernel takes them whole, or the client is gone.
+  if (!send.empty() && !write_whole(client_.fd, send.data(), send.size())) {
+    finish(cause_);
+    return false;
+  }
+  if (!done) return true;
+  // What else the client sent is read and dropped: a close with unread
+  // input is a reset, which could overtake the reply.
+  char sink[4096];
+  for (std::size_t dropped = 0; dropped < kRefusalDrain;) {
+    const ssize_t n = ::recv(client_.fd, sink, sizeof sink, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    dropped += static_cast<std::size_t>(n);
+  }
+  finish(cause_);
+  return false;
+}
+
 // ---- PREREADING ------------------------------------------------------------
 
 void Session::begin_preread() {
@@ -243,6 +348,9 @@ void Session::on_leg_io(Leg& leg, std::uint32_t events) {
   switch (state_) {
     case State::prereading:
       if (leg.is_client) read_preread();
+      return;
+    case State::refusing:
+      if (leg.is_client) read_refusal();
       return;
     case State::connecting:
       // The client waits in the kernel until its pump starts (its flags keep
@@ -326,6 +434,8 @@ void Session::on_preread_data(const char* data, std::size_t len) {
         SPDLOG_DEBUG("listener \"{}\" client {}: refused preread: {}", lv_.config->name, client_address(),
                      stage.error());
       }
+      // What the client sent so far: a refusal told in its protocol reads on from there.
+      if (lv_.config->protocol != ClientProtocol::none) x.forward = stage.take_forward();
       finish(r.cause);
       return;
     case PrereadResult::Kind::next:
@@ -360,7 +470,12 @@ void Session::on_stage_done() {
   copy_inet(&x.proxied_destination, reinterpret_cast<const sockaddr*>(&done->destination));
   const bool admit_now = done->names_client();
   done.reset();
-  if (admit_now && !admit()) return;
+  if (admit_now) {
+    x.forward = std::move(rest);  // what a refusal told in the client's protocol reads first
+    if (!admit()) return;
+    rest = std::move(x.forward);
+    x.forward = {};
+  }
   x.stage = next_stage();
   if (!x.stage) {
     x.forward = std::move(rest);
@@ -635,6 +750,9 @@ void Session::arm_timer() {
     case State::prereading:
       consider(start_ms_ + ms(lc.preread_timeout));
       break;
+    case State::refusing:
+      consider(extra_->refuse_deadline_ms);
+      break;
     case State::connecting:
       consider(connector_.deadline_ms());
       if (extra_) consider(extra_->pg_deadline_ms);
@@ -693,6 +811,12 @@ void Session::on_timer() {
     case State::prereading:
       if (now >= start_ms_ + ms(lc.preread_timeout)) {
         finish(Cause::preread_timeout);
+        return;
+      }
+      break;
+    case State::refusing:
+      if (now >= extra_->refuse_deadline_ms) {
+        finish(cause_);  // the client's first message never came whole: nothing more to tell it
         return;
       }
       break;
@@ -783,6 +907,7 @@ Session::Drain Session::peers_draining() {
 
 void Session::finish(Cause cause) {
   if (state_ == State::closing) return;
+  if (state_ != State::refusing && begin_refusal(cause)) return;
   cause_ = cause;
   set_state(State::closing);
   c2s_.stop();
@@ -790,7 +915,14 @@ void Session::finish(Cause cause) {
   reactor().cancel(connector_);
   host_.timers().cancel(timer_);
   connector_.release();
-  if (extra_) extra_->stage.reset();
+  if (extra_) {
+    extra_->stage.reset();
+    extra_->refusal.reset();
+    if (extra_->refusing_counted) {
+      extra_->refusing_counted = false;
+      snapshot_->registry->counters().refusing.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
   if (splicer_) splicer_->close();
   // A peer that aborted is reported to the other peer the only way TCP can:
   // with a reset. A FIN would tell it the stream was complete.

@@ -41,6 +41,8 @@ class Session {
     prereading,  // reading the first bytes (TLS ClientHello, ...) to choose an upstream
     connecting,  // a connect attempt to a server is in flight (or being retried)
     proxying,    // both pumps running
+    refusing,    // refused before any server answered: telling the client why in its protocol
+                 // (the listener's `protocol`), within preread_timeout, then closing
     closing,     // finish() called: sockets closed, the host deletes it after this round
   };
 
@@ -125,6 +127,14 @@ class Session {
   void begin();
   bool admit();
   void refuse(Cause cause);
+  // A refusal the client is told about (see preread/refusal.hpp): true
+  // when the session went on to `refusing` instead of closing.
+  bool begin_refusal(Cause cause);
+  void read_refusal();
+  // Sends what the refusal says; ends the session when it is done (or the
+  // client is gone). False when the session ended.
+  bool act_on_refusal(const std::string& send, bool done);
+  std::string refused_upstream() const;
   void after_admission();
   void append_proxy_header(std::vector<std::uint8_t>& out, ProxyProtocol version);
   void begin_pg_handshake(std::vector<std::uint8_t> head);

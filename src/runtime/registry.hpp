@@ -75,6 +75,7 @@ struct ProcessCounters {
   CauseCounters closed;
   std::atomic<std::uint64_t> accept_pauses{0};  // EMFILE/ENFILE back-offs
   std::atomic<std::uint64_t> local_errors{0};   // our own resource errors on connect
+  std::atomic<std::uint64_t> refusing{0};       // sessions telling a refused client why (bounded)
 };
 
 // A resolved address as an identity: family, IP, IPv6 scope and port, as

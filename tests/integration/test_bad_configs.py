@@ -129,6 +129,8 @@ expect_body = "running"
 name = "redis"
 listen = "127.0.0.1:0"
 upstream = "redis"
+protocol = "redis"
+preread_timeout = "2s"
 
 [upstream.redis]
 proxy_protocol = "v1"
@@ -148,10 +150,15 @@ send_hex = "2a 31 0d 0a 24 34 0d 0a 50 49 4e 47 0d 0a"
 expect = "+PONG"
 expect_match = "substring"
 """,
+        # What the package installs: no listener yet, only the admin API.
+        "no-listener": """\
+[admin]
+listen = "127.0.0.1:0"
+""",
     }
 
 
-@pytest.mark.parametrize("name", ["everything", "http-check", "redis-checks"])
+@pytest.mark.parametrize("name", ["everything", "http-check", "redis-checks", "no-listener"])
 def test_good_config_with_new_keys_passes(tmp_path, name):
     p = tmp_path / f"{name}.toml"
     p.write_text(good_files(tmp_path)[name])

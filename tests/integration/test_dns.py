@@ -59,8 +59,11 @@ def free_udp_tcp_port(host: str = "127.0.0.1") -> int:
 class Dnsmasq:
     """dnsmasq answering for *.test from a hosts directory and --srv-host records."""
 
-    def __init__(self, workdir: Path, srv: list[str] | None = None):
+    def __init__(self, workdir: Path, srv: list[str] | None = None, local: bool = True):
         self.workdir = workdir
+        # Without --local=/test/, dnsmasq (with no upstream server) answers
+        # REFUSED for what its hosts do not have: AAAA of an IPv4-only name.
+        self.local = local
         self.hostsdir = workdir / "dns-hosts"
         self.hostsdir.mkdir(exist_ok=True)
         self.port = free_udp_tcp_port()
@@ -72,7 +75,7 @@ class Dnsmasq:
     def start(self) -> "Dnsmasq":
         args = ["dnsmasq", "--no-daemon", f"--port={self.port}", "--listen-address=127.0.0.1",
                 "--bind-interfaces", "--no-resolv", "--no-hosts", f"--hostsdir={self.hostsdir}",
-                "--local=/test/", "--local-ttl=1", "--log-queries", "--log-facility=-",
+                *(["--local=/test/"] if self.local else []), "--local-ttl=1", "--log-queries", "--log-facility=-",
                 "--pid-file=", "--conf-file=/dev/null", "--user=root", "--group=root", "--cache-size=0"]
         args += [f"--srv-host={s}" for s in self.srv]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -238,8 +241,8 @@ class TinyDns:
 def dnsmasq(tmp_path):
     started: list[Dnsmasq] = []
 
-    def make(hosts: list[str] | None = None, srv: list[str] | None = None) -> Dnsmasq:
-        d = Dnsmasq(tmp_path, srv=srv)
+    def make(hosts: list[str] | None = None, srv: list[str] | None = None, local: bool = True) -> Dnsmasq:
+        d = Dnsmasq(tmp_path, srv=srv, local=local)
         (d.hostsdir / "names").write_text("".join(l + "\n" for l in (hosts or [])))
         d.start()
         started.append(d)
@@ -600,3 +603,111 @@ def test_reload_keeps_discovered_servers_and_their_state(dnsmasq, dns_sluice, ba
     assert d.addresses() == [f"127.0.0.2:{port}"]
     assert d.servers()[0]["active"] == 1
     still_flows(session)
+
+
+# --------------------------------------------------------------------------
+# address families, answers that change, and what one answer may bring
+# --------------------------------------------------------------------------
+
+def queries(dns: Dnsmasq, qtype: str, name: str) -> int:
+    return len(dns.log.matches(rf"query\[{qtype}\] {re.escape(name)} from"))
+
+
+def test_refused_aaaa_while_a_answers_is_no_alarm(dnsmasq, dns_sluice, backends):
+    """dnsmasq with IPv4 names and no upstream answers AAAA with REFUSED:
+    the servers come from A, the log says so once at info, and the error is
+    counted once for the episode, not at every retry."""
+    port, _ = two_backends(backends, ["127.0.0.2", "127.0.0.3"])
+    dns = dnsmasq(hosts=["127.0.0.2 db.test", "127.0.0.3 db.test"], local=False)
+    d = dns_sluice(render(dns.nameserver, [{"address": f"db.test:{port}", "resolve": True}]))
+    assert d.addresses() == [f"127.0.0.2:{port}", f"127.0.0.3:{port}"]
+    # Several refused AAAA queries (retries), then look.
+    harness.wait_until(lambda: queries(dns, "AAAA", "db.test") >= 4, timeout=20, what="AAAA asked again")
+    assert d.metric("sluice_dns_errors_total", kind="refused") == 1
+    log = d.s.log
+    assert log.matches(r"\[info\].*query for AAAA db\.test failed \(refused\) while A db\.test answers"), log.text()
+    assert not log.matches(r"\[warn.*DNS"), log.text()
+    assert not log.matches(r"no server from it"), log.text()
+    assert "AAAA db.test: refused" in d.entry("db.test")["last_error"]
+    assert backend_of_new_session(d) in ("127.0.0.2", "127.0.0.3")
+
+
+@pytest.mark.parametrize("where", ["entry", "resolver"])
+def test_family_ipv4_sends_no_aaaa_query(dnsmasq, dns_sluice, backends, where):
+    port, _ = two_backends(backends, ["127.0.0.2"])
+    dns = dnsmasq(hosts=["127.0.0.2 db.test"], srv=[f"_pg._tcp.svc.test,db.test,{port},0,1"], local=False)
+    entries = [{"address": f"db.test:{port}", "resolve": True}, {"service": "_pg._tcp.svc.test"}]
+    resolver = {}
+    if where == "entry":
+        for e in entries:
+            e["family"] = "ipv4"
+    else:
+        resolver["family"] = "ipv4"
+    d = dns_sluice(render(dns.nameserver, entries, resolver=resolver))
+    assert d.addresses() == [f"127.0.0.2:{port}"]
+    # Asked again and again (valid = 1s), A only.
+    harness.wait_until(lambda: queries(dns, "A", "db.test") >= 4, timeout=20, what="A asked again")
+    assert queries(dns, "SRV", "_pg._tcp.svc.test") >= 2
+    assert queries(dns, "AAAA", "db.test") == 0
+    assert d.status()["discovery"]["errors"].get("refused", 0) == 0
+    assert d.entry("db.test")["type"] == "A" and d.entry("db.test")["last_error"] == ""
+
+
+def test_family_ipv6_takes_only_aaaa(tinydns, dns_sluice, backends):
+    port, _ = two_backends(backends, ["127.0.0.2"])
+    dns = tinydns()
+    dns.names["db.test"] = ["127.0.0.2"]
+    d = dns_sluice(render(dns.nameserver, [{"address": f"db.test:{port}", "resolve": True, "family": "ipv6"}]))
+    # TinyDns has no AAAA for it: no server, and no A query made.
+    assert d.addresses() == []
+    assert dns.orders == []  # A answers are recorded: none was asked
+    assert d.entry("db.test")["type"] == "AAAA"
+
+
+def test_a_changed_srv_answer_logs_what_changed(dnsmasq, dns_sluice, backends):
+    a = backends(harness.banner_handler, name="a", host="127.0.0.12")
+    b = backends(harness.banner_handler, name="b", host="127.0.0.13")
+    hosts = ["127.0.0.12 a.test", "127.0.0.13 b.test"]
+    dns = dnsmasq(hosts=hosts, srv=[f"web.test,a.test,{a.port},0,5", f"web.test,b.test,{b.port},0,1"])
+    d = dns_sluice(render(dns.nameserver, [{"service": "web.test"}]))
+    assert sorted(d.addresses()) == sorted([f"127.0.0.12:{a.port}", f"127.0.0.13:{b.port}"])
+    log = d.s.log
+    assert log.matches(rf'DNS: upstream "up" web\.test: 127\.0\.0\.12:{a.port} added \(weight 5, priority 0\)')
+    session, _ = held_session(d)
+    dns.restart(srv=[f"web.test,a.test,{a.port},0,30", f"web.test,b.test,{b.port},1,1"])
+    log.wait_for(rf"web\.test: 127\.0\.0\.12:{a.port} weight 5 -> 30", timeout=15)
+    log.wait_for(rf"web\.test: 127\.0\.0\.13:{b.port} priority 0 -> 1 \(now a backup\)", timeout=15)
+    servers = {x["address"]: x for x in d.servers()}
+    assert servers[f"127.0.0.12:{a.port}"]["weight"] == 30 and servers[f"127.0.0.13:{b.port}"]["backup"]
+    # A server leaving SRV is held, then removed, and the log says both.
+    dns.restart(srv=[f"web.test,a.test,{a.port},0,30"])
+    log.wait_for(rf"web\.test: 127\.0\.0\.13:{b.port} no longer in DNS: kept for hold 1s", timeout=15)
+    log.wait_for(rf"web\.test: 127\.0\.0\.13:{b.port} removed", timeout=15)
+    d.wait_addresses([f"127.0.0.12:{a.port}"])
+    still_flows(session)
+
+
+def test_max_targets_and_max_addresses_bound_an_answer(dnsmasq, dns_sluice, backends):
+    be = backends(harness.banner_handler, name="t", host="127.0.0.2")
+    hosts = [f"127.0.0.2 t{i}.test" for i in range(6)] + [f"127.0.3.{i} many.test" for i in range(1, 11)]
+    srv = [f"_big._tcp.test,t{i}.test,{be.port},0,{10 - i}" for i in range(6)]
+    dns = dnsmasq(hosts=hosts, srv=srv)
+    d = dns_sluice(render(dns.nameserver, [{"service": "_big._tcp.test"},
+                                           {"address": f"many.test:{be.port}", "resolve": True}],
+                          resolver={"max_targets": 3, "max_addresses": 4}))
+    log = d.s.log
+    log.wait_for(r"\[warn.*DNS: SRV _big\._tcp\.test gives 6 records, more than max_targets = 3: 3 dropped",
+                 timeout=15)
+    log.wait_for(r"\[warn.*DNS: A many\.test gives 10 addresses, more than max_addresses = 4: 6 dropped",
+                 timeout=15)
+    # The SRV targets all resolve to one address: one server from them.
+    assert d.entry("_big._tcp.test")["addresses"] == [f"127.0.0.2:{be.port}"]
+    # The first four in sorted order (as text), whatever the order of the answer.
+    assert sorted(d.entry("many.test")["addresses"]) == sorted(f"127.0.3.{i}:{be.port}" for i in (1, 10, 2, 3))
+    # The three targets kept are those of the largest weights; the others are not even asked for.
+    assert queries(dns, "A", "t0.test") >= 1 and queries(dns, "A", "t2.test") >= 1
+    assert queries(dns, "A", "t3.test") == 0 and queries(dns, "A", "t5.test") == 0
+    # Warned once, however often the names are asked again.
+    harness.wait_until(lambda: queries(dns, "A", "many.test") >= 3, timeout=20, what="many.test asked again")
+    assert len(log.matches(r"more than max_addresses")) == 1
+    assert len(log.matches(r"more than max_targets")) == 1

@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 import harness
+import shipped_docs
 from harness import listener, upstream
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    tomllib = None
 
 
 def build_dir() -> Path:
@@ -96,7 +102,12 @@ def test_install_puts_every_file_in_place(installed):
         lay.doc / "configuration.md",
         lay.doc / "operations.md",
         lay.doc / "health.md",
+        lay.doc / "discovery.md",
+        lay.doc / "scale-out.md",
+        lay.doc / "recipes" / "patroni.md",
         lay.doc / "examples" / "sluice.toml",
+        lay.doc / "examples" / "sni.toml",
+        lay.doc / "examples" / "postgres.toml",
     ]
     missing = [str(p) for p in expected if not inside(dest, p).is_file()]
     assert not missing, f"not installed: {missing}"
@@ -106,6 +117,71 @@ def test_install_puts_every_file_in_place(installed):
     res = subprocess.run([str(binary), "-t", "-c", str(inside(dest, lay.etc / "sluice" / "sluice.toml"))],
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_installed_configuration_starts_nothing_by_surprise(installed, tmp_path):
+    """/etc/sluice/sluice.toml as installed: no listener, the admin API on
+    loopback port 8489 (no common service's default), examples commented
+    out; the demo only under the docs' examples/."""
+    _, lay, dest = installed
+    config = inside(dest, lay.etc / "sluice" / "sluice.toml")
+    text = config.read_text()
+    if tomllib is not None:
+        parsed = tomllib.loads(text)
+        assert "listener" not in parsed, parsed
+        assert parsed["admin"]["listen"] == "127.0.0.1:8489", parsed
+    assert not re.search(r"^\s*\[\[listener\]\]", text, re.M)
+    assert re.search(r"^# \[\[listener\]\]", text, re.M), "no commented example listener"
+    assert "9090" not in re.sub(r"^#.*$", "", text, flags=re.M)
+    # Paths in its comments are this installation's.
+    assert str(lay.doc) in text and str(lay.etc / "sluice" / "sluice.toml") in text
+    demo = inside(dest, lay.doc / "examples" / "sluice.toml").read_text()
+    assert demo == (harness.REPO / "conf" / "sluice.toml").read_text()
+    binary = inside(dest, lay.sbin / "sluice")
+    # Run as installed (but on a free port): one info line, no listener.
+    running = tmp_path / "installed.toml"
+    running.write_text(text.replace('listen = "127.0.0.1:8489"', 'listen = "127.0.0.1:0"'))
+    proc = subprocess.Popen([str(binary), "-c", str(running)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, cwd=tmp_path)
+    log = harness.LineLog(proc.stdout)
+    try:
+        log.wait_for(r"admin API listening on", timeout=harness.START_TIMEOUT)
+        log.wait_for(r"\[info\] no listener configured: ", timeout=harness.START_TIMEOUT)
+        log.wait_for(r"started: \d+ worker\(s\), 0 listener\(s\)", timeout=harness.START_TIMEOUT)
+        assert not log.matches(harness.LISTENING_RX)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+
+
+def test_every_link_of_the_installed_docs_leads_to_an_installed_file(installed):
+    _, lay, dest = installed
+    docdir = inside(dest, lay.doc)
+    assert shipped_docs.broken_links(docdir) == []
+    # Nothing of the man pages' sources among the pages.
+    assert not (docdir / "man").exists()
+
+
+def test_man_pages_name_installed_paths(installed):
+    """The man pages name files where this installation put them, never the
+    source tree's conf/ or docs/."""
+    _, lay, dest = installed
+    pages = {}
+    for page in (lay.man / "man8" / "sluice.8", lay.man / "man5" / "sluice.toml.5"):
+        res = subprocess.run(["man", "--warnings", "-l", str(inside(dest, page))], capture_output=True, text=True,
+                             env={"MANWIDTH": "200", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, timeout=60)
+        assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+        pages[page.name] = res.stdout
+    for name, text in pages.items():
+        source = re.findall(r"(?<![\w/.-])(?:conf|docs|tools|src|tests)/[\w./-]*", text)
+        assert not source, f"{name} names source-tree paths: {sorted(set(source))}"
+    man8 = pages["sluice.8"]
+    for path in (lay.etc / "sluice" / "sluice.toml", lay.unitdir / "sluice.service", lay.doc,
+                 lay.etc / "logrotate.d" / "sluice"):
+        assert str(path) in man8, f"sluice(8) does not name {path}"
+    man5 = pages["sluice.toml.5"]
+    assert str(lay.etc / "sluice" / "sluice.toml") in man5
+    assert str(lay.doc / "examples" / "sluice.toml") in man5
 
 
 def test_unit_paths_match_the_installation(installed):

@@ -174,3 +174,24 @@ def test_sluice_8_covers_the_command_line_signals_and_exit_statuses():
                           timeout=30).returncode == 2
     assert subprocess.run([str(harness.sluice_bin()), "-t", "-c", "/nonexistent/sluice.toml"], capture_output=True,
                           timeout=30).returncode == 1
+
+
+def test_every_check_type_is_listed_where_the_types_are():
+    """The `type` values the parser accepts, in configuration.md's `type`
+    row and in sluice.toml(5), and each check named in sluice(8)."""
+    src = (REPO / "src" / "config" / "health_parser.cpp").read_text()
+    m = re.search(r'choice<HealthType>\(\s*"type",\s*\{(.*?)\}\)', src, re.S)
+    assert m, "health_parser.cpp: the list of check types was not found"
+    types = set(re.findall(r'\{"(\w+)",\s*HealthType::', m.group(1)))
+    assert {"tcp", "http", "send_expect", "postgres", "redis", "mysql"} <= types
+    row = re.search(r"^\| `type` \|.*$", CONFIG_MD.read_text(), re.M).group(0)
+    assert not [t for t in types if f'`"{t}"`' not in row], row
+    # Words man hyphenated at a line's end are joined again.
+    text = re.sub("[\u2010-]\n\\s*", "", render(man_page("sluice.toml.5")))
+    at = re.search(r"^\s+type\s*$", text, re.M)
+    assert at, "no entry for type in sluice.toml(5)"
+    entry = " ".join(text[at.start():at.start() + 600].split())
+    assert not [t for t in types if f'"{t}"' not in entry], entry
+    man8 = " ".join(render(man_page("sluice.8")).split())
+    for name in ("PostgreSQL", "MySQL", "Redis", "send/expect", "HTTP", "TCP"):
+        assert name in man8, name

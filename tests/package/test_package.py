@@ -13,11 +13,14 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+import shipped_docs  # noqa: E402
 BUILD_TIMEOUT = 3600  # two shared cores; only reached when something hangs
 
 
@@ -75,12 +78,38 @@ def test_package_installs_the_operators_files(package):
                  "/usr/share/doc/sluice/configuration.md",
                  "/usr/share/doc/sluice/operations.md",
                  "/usr/share/doc/sluice/health.md",
+                 "/usr/share/doc/sluice/discovery.md",
+                 "/usr/share/doc/sluice/scale-out.md",
+                 "/usr/share/doc/sluice/recipes/patroni.md",
                  "/usr/share/doc/sluice/examples/sluice.toml"]:
         assert path in files, f"{path} is not in the package"
     assert files["/usr/sbin/sluice"].startswith("-rwxr-xr-x root/root")
     # Nothing under /usr/local, and no test or benchmark binary.
     assert not [p for p in files if p.startswith("/usr/local")]
     assert not [p for p in files if re.search(r"/(test_\w+|loadgen|bench_balance|syscall_cost)$", p)]
+
+
+def test_installed_configuration_starts_no_listener(package):
+    """The demo (listeners on 7000/7001, the admin API on Prometheus's 9090)
+    stays an example: the conffile starts no listener and puts the admin API
+    on 127.0.0.1:8489."""
+    text = (package["root"] / "etc/sluice/sluice.toml").read_text()
+    assert not re.search(r"^\s*\[\[listener\]\]", text, re.M), text
+    assert re.search(r'^\[admin\]\nlisten = "127\.0\.0\.1:8489"$', text, re.M), text
+    assert "/usr/share/doc/sluice/examples" in text
+    demo = (package["root"] / "usr/share/doc/sluice/examples/sluice.toml").read_text()
+    assert demo == (REPO / "conf" / "sluice.toml").read_text()
+
+
+def test_every_link_of_the_shipped_docs_is_shipped(package):
+    docdir = package["root"] / "usr/share/doc/sluice"
+    assert shipped_docs.broken_links(docdir) == []
+
+
+def test_description_lists_every_check_type(package):
+    description = info(package["deb"], "Description")
+    for name in ("PostgreSQL", "MySQL", "Redis", "DNS"):
+        assert name in description, description
 
 
 def test_configuration_and_logrotate_are_conffiles(package):

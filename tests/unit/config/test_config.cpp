@@ -27,7 +27,7 @@ const std::string kListenerKeys =
     "max_lifetime, backlog, preread, preread_timeout, preread_max_bytes, routes, default_upstream, on_not_tls, "
     "on_malformed, tcp_keepalive, tcp_keepalive_idle, tcp_keepalive_interval, tcp_keepalive_count, accept_proxy, "
     "trusted_proxies, allow, deny, max_connections, client_max_connections, client_rate_limit, splice, "
-    "half_close";
+    "half_close, protocol";
 const std::string kUpstreamKeys =
     "allowed: balance, max_fails, fail_timeout, hash_key, hash_balance_factor, all_down, fallback, proxy_protocol, "
     "drain_timeout, queue, queue_timeout, servers, sentinel, health";
@@ -49,8 +49,6 @@ TEST_CASE("syntax errors and the top level") {
       {"global = 5\n" + kTail, "x.toml:1:10: top level: global must be a table ([global]), got integer 5"},
       {"upstream = \"u\"\n" + kListenerL,
        "x.toml:1:12: top level: upstream must be a table of upstreams ([upstream.NAME]), got string \"u\""},
-      {"[global]\nworkers = 1\n" + kUpstreamU, "x.toml:1:1: top level: at least one [[listener]] is required"},
-      {"listener = []\n" + kUpstreamU, "x.toml:1:12: top level: at least one [[listener]] is required"},
       {"[listener]\nname = \"l\"\n" + kUpstreamU,
        "x.toml:1:1: top level: listener must be an array of tables ([[listener]]), got table"},
       {"listener = [1]\n" + kUpstreamU,
@@ -179,7 +177,16 @@ TEST_CASE("[[listener]]: preread keys") {
       {kL + "on_malformed = \"close\"\n" + kUpstreamU,
        "x.toml:5:1: listener \"l\": on_malformed is allowed only with preread = \"tls\" or \"postgres\""},
       {kL + "preread = \"none\"\npreread_timeout = \"1s\"\n" + kUpstreamU,
-       "x.toml:6:1: listener \"l\": preread_timeout is allowed only with preread = \"tls\" or \"postgres\""},
+       "x.toml:6:1: listener \"l\": preread_timeout is allowed only with preread = \"tls\" or \"postgres\" (or "
+       "accept_proxy, or protocol)"},
+      {kL + "protocol = \"mongodb\"\n" + kUpstreamU,
+       "x.toml:5:12: listener \"l\": protocol must be one of postgres|mysql|redis, got \"mongodb\""},
+      {kL + "protocol = \"redis\"\npreread_timeout = \"0s\"\n" + kUpstreamU,
+       "x.toml:6:19: listener \"l\": preread_timeout must be greater than 0, got \"0s\""},
+      {"[[listener]]\nname = \"p\"\nlisten = \"127.0.0.1:0\"\npreread = \"postgres\"\nprotocol = \"mysql\"\n"
+       "default_upstream = \"u\"\n" + kUpstreamU,
+       "x.toml:5:12: listener \"p\": protocol = \"mysql\" does not go with preread = \"postgres\", whose clients "
+       "speak PostgreSQL"},
       {kL + "preread_max_bytes = 1024\n" + kUpstreamU,
        "x.toml:5:1: listener \"l\": preread_max_bytes is allowed only with preread = \"tls\" or \"postgres\""},
       {kT + "upstream = \"u\"\n" + kUpstreamU,
@@ -378,6 +385,37 @@ TEST_CASE("defaults are applied") {
   CHECK_FALSE(u.servers[0].backup);
 }
 
+TEST_CASE("protocol: named, implied by preread = \"postgres\", and preread_timeout with it") {
+  CHECK(sluice::parse_config(kTail, "x.toml").listeners[0].protocol == sluice::ClientProtocol::none);
+  for (const auto& [text, want] : {std::pair{"postgres", sluice::ClientProtocol::postgres},
+                                   std::pair{"mysql", sluice::ClientProtocol::mysql},
+                                   std::pair{"redis", sluice::ClientProtocol::redis}}) {
+    CAPTURE(text);
+    const Config c = sluice::parse_config(kL + "protocol = \"" + text + "\"\npreread_timeout = \"2s\"\n" + kUpstreamU,
+                                          "x.toml");
+    CHECK(c.listeners[0].protocol == want);
+    CHECK(c.listeners[0].preread_timeout == 2s);
+  }
+  const std::string pg = "[[listener]]\nname = \"p\"\nlisten = \"127.0.0.1:0\"\npreread = \"postgres\"\n"
+                         "default_upstream = \"u\"\n";
+  CHECK(sluice::parse_config(pg + kUpstreamU, "x.toml").listeners[0].protocol == sluice::ClientProtocol::postgres);
+  CHECK(sluice::parse_config(pg + "protocol = \"postgres\"\n" + kUpstreamU, "x.toml").listeners[0].protocol ==
+        sluice::ClientProtocol::postgres);
+  // accept_proxy's preread_timeout is read too (it was accepted and left unused).
+  const Config proxied = sluice::parse_config(
+      kL + "accept_proxy = true\ntrusted_proxies = [\"127.0.0.1\"]\npreread_timeout = \"3s\"\n" + kUpstreamU, "x.toml");
+  CHECK(proxied.listeners[0].preread_timeout == 3s);
+}
+
+TEST_CASE("a file with no listener is valid") {
+  CHECK(sluice::parse_config("", "x.toml").listeners.empty());
+  const Config c = sluice::parse_config("[global]\nworkers = 1\n[admin]\nlisten = \"127.0.0.1:0\"\n" + kUpstreamU, "x.toml");
+  CHECK(c.listeners.empty());
+  CHECK(c.admin.enabled);
+  CHECK(c.upstreams.size() == 1);
+  CHECK(sluice::parse_config("listener = []\n" + kUpstreamU, "x.toml").listeners.empty());
+}
+
 TEST_CASE("every key is read") {
   const Config c = sluice::parse_config(R"(
 [global]
@@ -517,6 +555,15 @@ TEST_CASE("tls listener with only routes, integer hash_balance_factor") {
   const auto& u = c.upstreams.at("u");
   CHECK(u.hash_key == sluice::HashKey::sni);
   CHECK(u.hash_balance_factor == 2.0);
+}
+
+TEST_CASE("the installed configuration starts no listener") {
+  // The template of /etc/sluice/sluice.toml: its @...@ are in comments only.
+  const Config c = sluice::load_config("conf/default.toml.in");
+  CHECK(c.listeners.empty());
+  CHECK(c.admin.enabled);
+  CHECK(c.admin.listen.text == "127.0.0.1:8489");
+  CHECK(c.upstreams.empty());
 }
 
 TEST_CASE("the shipped example files load") {

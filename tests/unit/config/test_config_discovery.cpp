@@ -65,9 +65,9 @@ TEST_CASE("discovery entries: errors") {
       {kUp + "  { address = \"db.internal:1\", resolve = \"yes\" },\n" + kEnd,
        "x.toml:3:42: upstream \"u\" server 1: resolve must be a boolean (true or false), got string \"yes\""},
       {kUp + "  { service = \"_pg._tcp.db\", weight = 2 },\n" + kEnd,
-       "x.toml:3:30: upstream \"u\" server 1: unknown key \"weight\"; allowed: service, max_conns, backup"},
+       "x.toml:3:30: upstream \"u\" server 1: unknown key \"weight\"; allowed: service, max_conns, backup, family"},
       {kUp + "  { service = \"_pg._tcp.db\", address = \"a:1\" },\n" + kEnd,
-       "x.toml:3:30: upstream \"u\" server 1: unknown key \"address\"; allowed: service, max_conns, backup"},
+       "x.toml:3:30: upstream \"u\" server 1: unknown key \"address\"; allowed: service, max_conns, backup, family"},
       {kUp + "  { service = \"bad name\" },\n" + kEnd,
        "x.toml:3:15: upstream \"u\" server 1: service must be a DNS name like \"_postgresql._tcp.db.service.consul\", "
        "got \"bad name\""},
@@ -98,7 +98,42 @@ TEST_CASE("[resolver]: errors") {
       {up + "[resolver]\nattempts = 0\n", "x.toml:11:12: [resolver]: attempts must be 1..10, got 0"},
       {up + "[resolver]\ntimeout = \"0s\"\n", "x.toml:11:11: [resolver]: timeout must be greater than 0, got \"0s\""},
       {up + "[resolver]\nsearch = [\"x\"]\n",
-       "x.toml:11:1: [resolver]: unknown key \"search\"; allowed: nameservers, timeout, attempts, valid, hold"},
+       "x.toml:11:1: [resolver]: unknown key \"search\"; allowed: nameservers, timeout, attempts, valid, hold, family, "
+       "max_targets, max_addresses"},
       {"resolver = 1\n" + up, "x.toml:1:12: top level: resolver must be a table ([resolver]), got integer 1"},
+      {up + "[resolver]\nfamily = \"inet\"\n",
+       "x.toml:11:10: [resolver]: family must be one of any|ipv4|ipv6, got \"inet\""},
+      {up + "[resolver]\nmax_targets = 0\n", "x.toml:11:15: [resolver]: max_targets must be 1..100000, got 0"},
+      {up + "[resolver]\nmax_addresses = 100001\n",
+       "x.toml:11:17: [resolver]: max_addresses must be 1..100000, got 100001"},
+  });
+}
+
+TEST_CASE("family: per entry, else [resolver]'s, else any") {
+  const std::string entries = kUp + "  { address = \"a.test:1\", resolve = true },\n"
+                                    "  { address = \"b.test:1\", resolve = true, family = \"ipv6\" },\n"
+                                    "  { service = \"_x._tcp.test\", family = \"any\" },\n" + kEnd;
+  const sluice::Config any = sluice::parse_config(entries, "x.toml");
+  CHECK(any.resolver.family == sluice::AddressFamily::any);
+  CHECK(any.resolver.max_targets == 1000);
+  CHECK(any.resolver.max_addresses == 1000);
+  const auto& a = any.upstreams.at("u").discovered;
+  CHECK(a[0].family == sluice::AddressFamily::any);
+  CHECK(a[1].family == sluice::AddressFamily::ipv6);
+  CHECK(a[2].family == sluice::AddressFamily::any);
+  const sluice::Config v4 = sluice::parse_config(
+      entries + "[resolver]\nfamily = \"ipv4\"\nmax_targets = 10\nmax_addresses = 20\n", "x.toml");
+  const auto& b = v4.upstreams.at("u").discovered;
+  CHECK(b[0].family == sluice::AddressFamily::ipv4);
+  CHECK(b[1].family == sluice::AddressFamily::ipv6);
+  CHECK(b[2].family == sluice::AddressFamily::any);
+  CHECK(v4.resolver.max_targets == 10);
+  CHECK(v4.resolver.max_addresses == 20);
+  check_cases({
+      {kUp + "  { address = \"a.test:1\", resolve = true, family = \"v4\" },\n" + kEnd,
+       "x.toml:3:52: upstream \"u\" server 1: family must be one of any|ipv4|ipv6, got \"v4\""},
+      {kUp + "  { address = \"10.0.0.1:1\", family = \"ipv4\" },\n" + kEnd,
+       "x.toml:3:29: upstream \"u\" server 1: family is allowed only on servers from DNS (resolve = true, or "
+       "service): a fixed address has its own"},
   });
 }

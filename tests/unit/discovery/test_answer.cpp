@@ -230,3 +230,75 @@ TEST_CASE("hold: a server that left stays for hold, then goes; one that comes ba
   z.update(ab, t0, 0s);
   CHECK(z.update(a, t0 + 1s, 0s) == a);
 }
+
+TEST_CASE("family: which of A and AAAA an entry asks for") {
+  using sluice::AddressFamily;
+  CHECK(wants(AddressFamily::any, RecordType::a));
+  CHECK(wants(AddressFamily::any, RecordType::aaaa));
+  CHECK(wants(AddressFamily::ipv4, RecordType::a));
+  CHECK_FALSE(wants(AddressFamily::ipv4, RecordType::aaaa));
+  CHECK_FALSE(wants(AddressFamily::ipv6, RecordType::a));
+  CHECK(wants(AddressFamily::ipv6, RecordType::aaaa));
+}
+
+TEST_CASE("caps: what one answer may bring, the same whatever its order") {
+  std::vector<std::string> ips = {"10.0.0.1", "10.0.0.2", "10.0.0.3"};
+  CHECK(cap_addresses(ips, 3) == 0);
+  CHECK(cap_addresses(ips, 2) == 1);
+  CHECK(ips == std::vector<std::string>{"10.0.0.1", "10.0.0.2"});
+
+  // SRV: the lowest priorities, then the largest weights, are kept.
+  const std::vector<SrvRecord> records = {
+      {"a.test", 1, 5, 10}, {"b.test", 1, 0, 1}, {"c.test", 1, 0, 9}, {"d.test", 1, 1, 100}, {"e.test", 1, 0, 9}};
+  std::vector<SrvRecord> kept = records;
+  CHECK(cap_records(kept, 3) == 2);
+  CHECK(kept == std::vector<SrvRecord>{{"b.test", 1, 0, 1}, {"c.test", 1, 0, 9}, {"e.test", 1, 0, 9}});
+  std::vector<SrvRecord> reversed(records.rbegin(), records.rend());
+  CHECK(cap_records(reversed, 3) == 2);
+  CHECK(reversed == kept);
+  std::vector<SrvRecord> two = records;
+  CHECK(cap_records(two, 2) == 3);
+  CHECK(two == std::vector<SrvRecord>{{"c.test", 1, 0, 9}, {"e.test", 1, 0, 9}});
+  std::vector<SrvRecord> all = records;
+  CHECK(cap_records(all, 10) == 0);
+  CHECK(all == records);
+
+  // An entry's servers: primaries before backups.
+  std::vector<Found> servers = {{"10.0.0.1:1", 1, true, 1}, {"10.0.0.2:1", 5, false, 0}, {"10.0.0.3:1", 9, false, 0},
+                                {"10.0.0.4:1", 1, false, 0}};
+  CHECK(cap_servers(servers, 2) == 2);
+  CHECK(servers == std::vector<Found>{{"10.0.0.2:1", 5, false, 0}, {"10.0.0.3:1", 9, false, 0}});
+}
+
+TEST_CASE("changes, server by server") {
+  const std::vector<Found> before = {{"10.0.0.1:80", 5, false, 0}, {"10.0.0.2:80", 1, false, 0},
+                                     {"10.0.0.3:80", 1, true, 1}, {"10.0.0.4:80", 1, true, 2}};
+  const std::vector<Found> after = {{"10.0.0.1:80", 30, false, 0}, {"10.0.0.3:80", 1, false, 1},
+                                    {"10.0.0.4:80", 1, true, 3}, {"10.0.0.5:80", 2, true, 2}};
+  CHECK(describe_changes(before, after, true) == std::vector<std::string>{
+                                                     "10.0.0.1:80 weight 5 -> 30",
+                                                     "10.0.0.2:80 removed",
+                                                     "10.0.0.3:80 no longer a backup",
+                                                     "10.0.0.4:80 priority 2 -> 3",
+                                                     "10.0.0.5:80 added (weight 2, priority 2, a backup)",
+                                                 });
+  const std::vector<Found> demoted = {{"10.0.0.1:80", 5, true, 1}};
+  CHECK(describe_changes({before[0]}, demoted, true) ==
+        std::vector<std::string>{"10.0.0.1:80 priority 0 -> 1 (now a backup)"});
+  CHECK(describe_changes(servers_of_host(80, {"10.0.0.1"}), servers_of_host(80, {"10.0.0.2"}), false) ==
+        std::vector<std::string>{"10.0.0.1:80 removed", "10.0.0.2:80 added"});
+  CHECK(describe_changes(before, before, true).empty());
+  // A priority that moves without changing the role is no change to build.
+  CHECK(before[3] == Found{"10.0.0.4:80", 1, true, 3});
+}
+
+TEST_CASE("hold: at most max servers, those that left last kept first") {
+  HoldSet h;
+  const TimePoint t0{};
+  const auto abc = servers_of_host(80, {"10.0.0.1", "10.0.0.2", "10.0.0.3"});
+  CHECK(h.update(abc, t0, 10s, 3) == abc);
+  // 3 leaves, then 2: with room for one held, 2 (the latest) stays.
+  CHECK(h.update(servers_of_host(80, {"10.0.0.1", "10.0.0.2"}), t0 + 1s, 10s, 3) == abc);
+  CHECK(h.update(servers_of_host(80, {"10.0.0.1"}), t0 + 2s, 10s, 2) == servers_of_host(80, {"10.0.0.1", "10.0.0.2"}));
+  CHECK(h.held() == std::vector<std::string>{"10.0.0.2:80"});
+}
