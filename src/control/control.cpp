@@ -420,7 +420,9 @@ void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
   for (const auto& [name, up] : before.upstreams) {
     std::vector<std::shared_ptr<const ServerState>> gone;
     for (std::size_t i = 0; i < up->size(); ++i) {
-      if (!now.count(up->member(i).state.get())) gone.push_back(up->member(i).state);
+      if (now.count(up->member(i).state.get())) continue;
+      gone.push_back(up->member(i).state);
+      registry_.retire(name, up->member(i).state);  // its sessions stay visible (/status "retired")
     }
     if (gone.empty()) continue;
     // The new file's word counts: a reload that removes a server may also
