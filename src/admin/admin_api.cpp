@@ -447,6 +447,10 @@ Response AdminApi::upstream_get(const Request& req, std::string_view upstream_pa
       const std::optional<double> r = rates_.rate(server_rate_key(upstream, sv["address"].get<std::string>()));
       sv["sessions_per_s"] = r ? nlohmann::json(*r) : nlohmann::json(nullptr);
     }
+    doc["retired"] = nlohmann::json::array();
+    for (const RetiredGroup& g : retired_servers(*snap->registry)) {
+      if (g.upstream == upstream) doc["retired"].push_back(retired_json(g, wall_ms()));
+    }
     return json_response(200, doc);
   }
   const std::string server = percent_decode(server_part);

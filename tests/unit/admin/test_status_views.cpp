@@ -118,6 +118,10 @@ TEST_CASE("a retired server: in /status, /metrics, the CSV and the page; closed 
   CHECK(r[0]["bytes_in"] == 4096);
   CHECK(r[0]["age_seconds"].get<double>() >= 0);
 
+  const nlohmann::json one = nlohmann::json::parse(api.handle(request("GET", "/upstreams/pg")).body);
+  REQUIRE(one["retired"].size() == 1);
+  CHECK(one["retired"][0]["address"] == "127.0.0.1:5001");
+  CHECK(one["retired"][0]["sessions"] == 2);
   const std::string m = api.handle(request("GET", "/metrics")).body;
   CHECK(m.find("sluice_upstream_retired_sessions{upstream=\"pg\",server=\"127.0.0.1:5001\"} 2\n") !=
         std::string::npos);
