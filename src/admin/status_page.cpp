@@ -247,7 +247,7 @@ table.upstream th:last-child,#listeners th:last-child{text-align:left}
 col.c-state{width:116px}col.c-wt{width:48px}col.c-n{width:46px}col.c-rate{width:54px}col.c-tot{width:58px}
 col.c-f{width:46px}col.c-dn{width:34px}col.c-dur{width:78px}col.c-b{width:80px}col.c-act{width:150px}
 col.c-srv{width:10%}col.l-addr{width:150px}col.l-up{width:170px}col.l-max{width:60px}col.l-acc{width:76px}
-@media (min-width:1700px){col.c-act{width:196px}col.c-srv{width:14%}}
+@media (min-width:1700px){col.c-act{width:196px}col.c-srv{width:14%}col.l-up{width:250px}}
 .sub{font-size:12px;color:#566}.tag{font-size:11px;border:1px solid #99a;border-radius:3px;padding:0 3px;
 margin-left:4px;color:#445;white-space:nowrap}
 .badge{display:inline-block;padding:0 6px;border-radius:9px;background:#dedede;font-weight:600;font-size:12px}
