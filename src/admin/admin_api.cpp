@@ -135,21 +135,38 @@ RateLimitedWarning g_unauthorized;
 RateLimitedWarning g_no_credentials;
 RateLimitedWarning g_foreign_host;
 
+// Whether `text` names `address`: as the file writes it, or any text that
+// parses to the same address (`parsed`, when it parses).
+bool names_address(const Endpoint& address, const std::string& text, const std::optional<Endpoint>& parsed) {
+  if (address.text == text) return true;
+  return parsed && address.port == parsed->port && same_ip(address.addr, parsed->addr);
+}
+
+std::optional<Endpoint> parse_server_text(const std::string& text) {
+  std::string perr;
+  return parse_address(text, false, perr);
+}
+
 // The index in `up` of the server `text` names: by the address as the file
 // writes it, or by any text that parses to the same address; -1 when none.
 long find_server(const Upstream& up, const std::string& text) {
   for (std::size_t i = 0; i < up.size(); ++i) {
     if (up.server(i).address.text == text) return static_cast<long>(i);
   }
-  std::string perr;
-  if (auto ep = parse_address(text, false, perr)) {
-    for (std::size_t i = 0; i < up.size(); ++i) {
-      if (up.server(i).address.port == ep->port && same_ip(up.server(i).address.addr, ep->addr)) {
-        return static_cast<long>(i);
-      }
-    }
+  const std::optional<Endpoint> ep = parse_server_text(text);
+  for (std::size_t i = 0; i < up.size(); ++i) {
+    if (names_address(up.server(i).address, text, ep)) return static_cast<long>(i);
   }
   return -1;
+}
+
+// The retired server of `upstream` that `text` names, if it has live sessions.
+std::optional<RetiredGroup> find_retired(Registry& registry, const std::string& upstream, const std::string& text) {
+  const std::optional<Endpoint> ep = parse_server_text(text);
+  for (RetiredGroup& g : retired_servers(registry)) {
+    if (g.upstream == upstream && names_address(g.states.front()->address, text, ep)) return std::move(g);
+  }
+  return std::nullopt;
 }
 
 // A browser that sends a request on behalf of another site says so in
@@ -349,6 +366,16 @@ Response AdminApi::handle(const Request& req) {
   if (parts.size() == 5 && parts[0] == "upstreams" && parts[2] == "servers") {
     return server_action(req, parts[1], parts[3], parts[4]);
   }
+  if (parts.size() == 5 && parts[0] == "upstreams" && parts[2] == "retired") {
+    return retired_action(req, parts[1], parts[3], parts[4]);
+  }
+  if (parts.size() == 1 && parts[0] == "status.csv") {
+    if (m != "GET" && m != "HEAD") return method_not_allowed("GET");
+    Response r;
+    r.content_type = "text/csv; charset=utf-8; header=present";
+    r.body = status_csv(status_with_rates());
+    return r;
+  }
   // Reading one upstream or one server: GET /upstreams/U, GET /upstreams/U/servers/ADDR.
   if (parts.size() == 2 && parts[0] == "upstreams") return upstream_get(req, parts[1], {});
   if (parts.size() == 4 && parts[0] == "upstreams" && parts[2] == "servers") {
@@ -373,7 +400,13 @@ Response AdminApi::server_action(const Request& req, std::string_view upstream_p
   if (up == nullptr) return error(404, "no upstream \"" + escape_text(upstream) + "\"");
   const long index = find_server(*up, server);
   if (index < 0) {
-    return error(404, "upstream \"" + escape_text(upstream) + "\" has no server " + escape_text(server));
+    std::string hint;
+    if (const std::optional<RetiredGroup> g = find_retired(*snap->registry, upstream, server)) {
+      hint = " (it was removed; its " + std::to_string(g->sessions) +
+             " live session(s) are retired: POST /upstreams/" + escape_text(upstream) + "/retired/" +
+             escape_text(g->address) + "/close closes them)";
+    }
+    return error(404, "upstream \"" + escape_text(upstream) + "\" has no server " + escape_text(server) + hint);
   }
   const auto i = static_cast<std::size_t>(index);
   std::shared_ptr<ServerState> state = up->member(i).state;
@@ -401,6 +434,28 @@ Response AdminApi::server_action(const Request& req, std::string_view upstream_p
     spdlog::info("admin: {} enabled (by {})", who, requester(req));
   }
   return json_response(200, server_json(*up, i, Clock::now()));
+}
+
+// POST /upstreams/U/retired/ADDR/close: the live sessions of a server that
+// a reload or DNS removed end now (cause admin), whatever its drain_timeout.
+Response AdminApi::retired_action(const Request& req, std::string_view upstream_part, std::string_view server_part,
+                                  std::string_view action) {
+  if (action != "close") {
+    return error(404, "unknown retired server action \"" + escape_text(std::string(action)) + "\" (close)");
+  }
+  if (req.method != "POST") return method_not_allowed("POST");
+  const std::string upstream = percent_decode(upstream_part);
+  const std::string server = percent_decode(server_part);
+  std::shared_ptr<const Snapshot> snap = hooks_.snapshot();
+  const std::optional<RetiredGroup> g = find_retired(*snap->registry, upstream, server);
+  if (!g) {
+    return error(404, "upstream \"" + escape_text(upstream) + "\" has no retired server " + escape_text(server) +
+                          " with live sessions");
+  }
+  spdlog::info("admin: upstream \"{}\" retired server {}: closing its {} live session(s) (by {})",
+               escape_text(upstream), g->address, g->sessions, req.peer);
+  for (const auto& state : g->states) hooks_.close_sessions(state, Cause::admin);
+  return json_response(200, {{"ok", true}, {"upstream", upstream}, {"address", g->address}, {"closing", g->sessions}});
 }
 
 // GET /ready (`action` empty): 200 while sluice takes traffic, 503 with the
@@ -439,6 +494,10 @@ Response AdminApi::upstream_get(const Request& req, std::string_view upstream_pa
     for (auto& sv : doc["servers"]) {
       const std::optional<double> r = rates_.rate(server_rate_key(upstream, sv["address"].get<std::string>()));
       sv["sessions_per_s"] = r ? nlohmann::json(*r) : nlohmann::json(nullptr);
+    }
+    doc["retired"] = nlohmann::json::array();
+    for (const RetiredGroup& g : retired_servers(*snap->registry)) {
+      if (g.upstream == upstream) doc["retired"].push_back(retired_json(g, wall_ms()));
     }
     return json_response(200, doc);
   }

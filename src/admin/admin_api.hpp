@@ -134,6 +134,8 @@ class AdminApi {
   std::optional<Response> authenticate(const Request& request) const;
   Response server_action(const Request& request, std::string_view upstream, std::string_view server,
                          std::string_view action);
+  Response retired_action(const Request& request, std::string_view upstream, std::string_view server,
+                          std::string_view action);
   Response upstream_get(const Request& request, std::string_view upstream, std::string_view server);
   Response page();
   Response readiness(const Request& request, std::string_view action);
@@ -170,10 +172,35 @@ std::string put_config_hint(std::string_view body);
 nlohmann::json server_json(const Upstream& up, std::size_t index, TimePoint now);
 // One upstream as /status shows it (GET /upstreams/U).
 nlohmann::json upstream_json(const Upstream& up, TimePoint now);
+// Where a server came from, by its `from`: "file", "dns" or "sentinel".
+std::string_view server_source(std::string_view from);
+// The servers that a reload or a DNS change removed and that still have
+// live sessions, one per upstream and address (a server removed, added back
+// and removed again is two states, shown as one), in upstream then address
+// order.
+struct RetiredGroup {
+  std::string upstream;
+  std::string address;
+  std::uint64_t sessions = 0;
+  std::uint64_t bytes_in = 0;   // the servers' totals: what they moved before and since their removal
+  std::uint64_t bytes_out = 0;
+  std::int64_t retired_at_ms = 0;  // the earliest removal
+  std::vector<std::shared_ptr<const ServerState>> states;
+};
+std::vector<RetiredGroup> retired_servers(Registry& registry);
+// One of them as /status lists it.
+nlohmann::json retired_json(const RetiredGroup& retired, std::int64_t now_ms);
 // GET /status as JSON.
 nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now, std::int64_t now_ms);
 // The status page from status_json's document (with the rates, when known).
 std::string status_page(const nlohmann::json& status, std::int64_t now_ms);
+// Over an upstream's "servers" in a status document (the page's and the
+// CSV's summary): the sum of the number `key`, and of their rates (nullopt
+// while none is measured yet).
+std::uint64_t servers_sum(const nlohmann::json& servers, const char* key);
+std::optional<double> servers_rate(const nlohmann::json& servers);
+// GET /status.csv from status_json's document (with the rates, when known).
+std::string status_csv(const nlohmann::json& status);
 // "3d 4h 12m", "5m 7s", "42s": a duration as people read it.
 std::string human_duration(double seconds);
 // GET /metrics: Prometheus text exposition format 0.0.4.

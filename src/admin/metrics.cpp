@@ -8,6 +8,7 @@
 
 #include "admin/admin_api.hpp"
 #include "sluice/version.hpp"
+#include "upstream/availability.hpp"
 
 namespace sluice::admin {
 
@@ -294,6 +295,18 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
       const ServerState& st = up->server(i);
       histogram(w, "sluice_server_check_seconds", {{"upstream", uname}, {"server", st.address.text}}, st.check_seconds);
     }
+  }
+
+  w.family("sluice_upstream_servers_available", "gauge",
+           "Servers of the upstream that could take a new session now (0: its clients get no_server or its "
+           "fallback).");
+  for (const auto& [uname, up] : snap.upstreams) {
+    w.sample("sluice_upstream_servers_available", {{"upstream", uname}}, availability(*up, now).eligible);
+  }
+  w.family("sluice_upstream_retired_sessions", "gauge",
+           "Sessions still open on a server that a reload or a DNS change removed (one series while it has any).");
+  for (const RetiredGroup& r : retired_servers(*snap.registry)) {
+    w.sample("sluice_upstream_retired_sessions", {{"upstream", r.upstream}, {"server", r.address}}, r.sessions);
   }
 
   w.family("sluice_upstream_fallback_total", "counter",

@@ -2,13 +2,16 @@
 // documents (the status page, status_page.cpp, renders the first).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "admin/admin_api.hpp"
 #include "sluice/address.hpp"
 #include "sluice/version.hpp"
+#include "upstream/availability.hpp"
 
 namespace sluice::admin {
 
@@ -25,6 +28,12 @@ std::string_view balance_name(Balance b) {
 }
 
 std::uint64_t relaxed(const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); }
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
 
 }  // namespace
 
@@ -48,6 +57,7 @@ nlohmann::json server_json(const Upstream& up, std::size_t i, TimePoint now) {
       {"max_conns", up.member(i).config.max_conns},
       {"backup", up.member(i).config.backup},
       {"from", up.member(i).config.from},
+      {"source", server_source(up.member(i).config.from)},
       {"state", st.state},
       {"reason", st.reason},
       {"since_ms", st.since_ms},
@@ -76,7 +86,48 @@ nlohmann::json server_json(const Upstream& up, std::size_t i, TimePoint now) {
 nlohmann::json upstream_json(const Upstream& up, TimePoint now) {
   nlohmann::json servers = nlohmann::json::array();
   for (std::size_t i = 0; i < up.size(); ++i) servers.push_back(server_json(up, i, now));
-  return {{"name", up.name()}, {"balance", balance_name(up.config().balance)}, {"servers", std::move(servers)}};
+  const Availability a = availability(up, now);
+  return {{"name", up.name()},
+          {"balance", balance_name(up.config().balance)},
+          {"servers_available", a.eligible},
+          {"unavailable", a.unavailable},
+          {"servers", std::move(servers)}};
+}
+
+std::string_view server_source(std::string_view from) {
+  if (from.empty()) return "file";
+  // A DNS name has no space; the sentinel's entry is "sentinel NAME".
+  return from.starts_with("sentinel ") ? "sentinel" : "dns";
+}
+
+std::vector<RetiredGroup> retired_servers(Registry& registry) {
+  std::map<std::pair<std::string, std::string>, RetiredGroup> groups;
+  for (RetiredServer& r : registry.retired()) {
+    RetiredGroup& g = groups[{r.upstream, r.state->address.text}];
+    if (g.states.empty()) {
+      g.upstream = r.upstream;
+      g.address = r.state->address.text;
+      g.retired_at_ms = r.retired_at_ms;
+    }
+    g.sessions += r.state->active.load(std::memory_order_relaxed);
+    g.bytes_in += relaxed(r.state->bytes_in);
+    g.bytes_out += relaxed(r.state->bytes_out);
+    g.retired_at_ms = std::min(g.retired_at_ms, r.retired_at_ms);
+    g.states.push_back(std::move(r.state));
+  }
+  std::vector<RetiredGroup> out;
+  out.reserve(groups.size());
+  for (auto& [key, g] : groups) out.push_back(std::move(g));
+  return out;
+}
+
+nlohmann::json retired_json(const RetiredGroup& r, std::int64_t now_ms) {
+  return {{"address", r.address},
+          {"sessions", r.sessions},
+          {"bytes_in", r.bytes_in},
+          {"bytes_out", r.bytes_out},
+          {"retired_at_ms", r.retired_at_ms},
+          {"age_seconds", static_cast<double>(std::max<std::int64_t>(now_ms - r.retired_at_ms, 0)) / 1000.0}};
 }
 
 // The "discovery" section: the resolver's counters and each entry whose
@@ -102,11 +153,29 @@ nlohmann::json dns_json(const DnsStatus& dns) {
           {"errors", dns.errors},   {"changes", dns.changes},         {"entries", std::move(entries)}};
 }
 
+std::uint64_t servers_sum(const nlohmann::json& servers, const char* key) {
+  std::uint64_t n = 0;
+  for (const auto& sv : servers) n += sv.value(key, std::uint64_t{0});
+  return n;
+}
+
+std::optional<double> servers_rate(const nlohmann::json& servers) {
+  std::optional<double> total;
+  for (const auto& sv : servers) {
+    if (const auto r = sv.find("sessions_per_s"); r != sv.end() && r->is_number()) {
+      total = total.value_or(0.0) + r->get<double>();
+    }
+  }
+  return total;
+}
+
 nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, TimePoint now,
                            std::int64_t now_ms) {
   nlohmann::json doc;
   doc["version"] = sluice::version();
+  doc["hostname"] = host_name();
   doc["pid"] = static_cast<std::int64_t>(::getpid());
+  doc["max_connections"] = snapshot.config->global.max_connections;
   doc["upgrade"] = {{"state", info.upgrade_state}, {"message", info.upgrade_message}};
   doc["started_at_ms"] = info.started_at_ms;
   doc["uptime_seconds"] = static_cast<double>(now_ms - info.started_at_ms) / 1000.0;
@@ -162,11 +231,22 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
   }
   doc["listeners"] = std::move(listeners);
 
+  // Sessions on servers a reload or DNS removed, by upstream: listed under
+  // the upstream when it is still configured, else as one of its own.
+  std::map<std::string, nlohmann::json> retired;
+  for (const RetiredGroup& r : retired_servers(*snapshot.registry)) {
+    nlohmann::json& list = retired[r.upstream];
+    if (list.is_null()) list = nlohmann::json::array();
+    list.push_back(retired_json(r, now_ms));
+  }
   nlohmann::json upstreams = nlohmann::json::array();
   for (const auto& [uname, uc] : snapshot.config->upstreams) {
     const Upstream* up = snapshot.find_upstream(uc.name);
     if (up == nullptr) continue;
     nlohmann::json entry = upstream_json(*up, now);
+    const auto r = retired.find(uname);
+    entry["retired"] = r != retired.end() ? std::move(r->second) : nlohmann::json::array();
+    if (r != retired.end()) retired.erase(r);
     if (const FallbackLink* link = snapshot.fallback_of(up)) {
       entry["fallback"] = link->to->name();
       entry["fallback_sessions"] = link->used->load(std::memory_order_relaxed);
@@ -188,6 +268,9 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
     upstreams.push_back(std::move(entry));
   }
   doc["upstreams"] = std::move(upstreams);
+  nlohmann::json removed = nlohmann::json::array();
+  for (auto& [uname, list] : retired) removed.push_back({{"name", uname}, {"retired", std::move(list)}});
+  doc["removed_upstreams"] = std::move(removed);
   doc["discovery"] = dns_json(info.dns);
   return doc;
 }

@@ -427,7 +427,9 @@ void Control::drain_removed(const Snapshot& before, const Snapshot& after) {
   for (const auto& [name, up] : before.upstreams) {
     std::vector<std::shared_ptr<const ServerState>> gone;
     for (std::size_t i = 0; i < up->size(); ++i) {
-      if (!now.count(up->member(i).state.get())) gone.push_back(up->member(i).state);
+      if (now.count(up->member(i).state.get())) continue;
+      gone.push_back(up->member(i).state);
+      registry_.retire(name, up->member(i).state);  // its sessions stay visible (/status "retired")
     }
     if (gone.empty()) continue;
     // The new file's word counts: a reload that removes a server may also
@@ -882,6 +884,35 @@ void Control::on_tick(uv_timer_t* t) {
       if (WaitQueue* q = up->queue()) q->serve(Clock::now());
     }
   }
+  c->watch_outages(Clock::now());
+}
+
+// Once a second, not on the pick path: a pick is per worker and hot, and a
+// pool nobody sends to would never notice. An outage shorter than a second
+// may go unannounced; its clients' no_server closes are still counted.
+void Control::watch_outages(TimePoint now) {
+  if (!snapshot_ || stopping_) return;
+  std::set<std::string> names;
+  for (const auto& [name, up] : snapshot_->upstreams) {
+    names.insert(name);
+    const Availability a = availability(*up, now);
+    std::string note;
+    if (const FallbackLink* f = snapshot_->fallback_of(up.get())) {
+      note = "its sessions go to fallback \"" + f->to->name() + "\"";
+    } else if (a.unavailable.count("full") != 0 && up->queue() != nullptr) {
+      note = "new clients wait in its queue";
+    } else if (up->config().all_down == AllDown::fail_open && a.servers != 0) {
+      note = "all_down = \"fail_open\": health is ignored until one is back";
+    }
+    if (auto line = outages_.observe(name, a, now, note)) {
+      if (line->warning) {
+        spdlog::warn("{}", line->text);
+      } else {
+        spdlog::info("{}", line->text);
+      }
+    }
+  }
+  outages_.keep_only(names);
 }
 
 void Control::begin_stop(bool now) {

@@ -26,6 +26,7 @@
 #include "runtime/registry.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/config.hpp"
+#include "upstream/availability.hpp"
 
 namespace sluice {
 
@@ -240,6 +241,9 @@ class Control {
   void close_signal_fd();
   static void on_stopped_async(uv_async_t* a);
   static void on_tick(uv_timer_t* t);
+  // The tick's look at every upstream: one warning when one has no server
+  // left to take a session, one line when it has again.
+  void watch_outages(TimePoint now);
 
   std::string config_path_;
   std::shared_ptr<const Config> initial_;
@@ -256,6 +260,7 @@ class Control {
   uv_async_t stopped_async_{};
   uv_timer_t tick_{};           // once a second: housekeeping (dropped log records)
   DropReporter log_drops_;
+  OutageTracker outages_;
   bool stopping_ = false;
   LastReload last_reload_;
   std::uint64_t reloads_ok_ = 0;

@@ -97,6 +97,9 @@ Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   uv_poll_start(&mailbox_poll_, UV_READABLE, on_mailbox);
   uv_timer_init(&loop_, &shutdown_timer_);
   shutdown_timer_.data = this;
+  uv_timer_init(&loop_, &live_bytes_timer_);
+  live_bytes_timer_.data = this;
+  uv_timer_start(&live_bytes_timer_, on_live_bytes_timer, kLiveBytesMs, kLiveBytesMs);
   timers_.emplace(&loop_, &Session::fire_timer);
   reactor_.emplace(&loop_);
   loop_watcher_.loop = &loop_;
@@ -510,6 +513,10 @@ void Worker::on_shutdown_timer(uv_timer_t* t) {
   w->close_spread(nullptr, Cause::shutdown, spread);
 }
 
+void Worker::on_live_bytes_timer(uv_timer_t* t) {
+  static_cast<Worker*>(t->data)->each_session([](Session& s) { s.count_live_bytes(); });
+}
+
 void Worker::maybe_finish_stop() {
   if (stopping_ && session_count_ == 0 && listeners_.empty()) close_all();
 }
@@ -529,6 +536,7 @@ void Worker::close_all() {
   }
   uv_close(as_handle(&mailbox_poll_), nullptr);
   uv_close(as_handle(&shutdown_timer_), nullptr);
+  uv_close(as_handle(&live_bytes_timer_), nullptr);
   timers_->close();
 }
 

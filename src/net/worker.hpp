@@ -155,6 +155,10 @@ class Worker final : public SessionHost {
   static void on_mailbox(uv_poll_t* p, int status, int events);
   static void on_shutdown_timer(uv_timer_t* t);
   static void on_resume_timer(uv_timer_t* t);
+  // Every kLiveBytesMs: live sessions' bytes reach the counters (see
+  // Session::count_live_bytes).
+  static void on_live_bytes_timer(uv_timer_t* t);
+  static constexpr std::uint64_t kLiveBytesMs = 5000;
   static void on_listener_handle_closed(uv_handle_t* h);
 
   unsigned id_;
@@ -164,6 +168,7 @@ class Worker final : public SessionHost {
   int mailbox_fd_ = -1;  // eventfd: written after a post, read before a drain
   uv_poll_t mailbox_poll_{};  // keeps the loop alive until close_all()
   uv_timer_t shutdown_timer_{};
+  uv_timer_t live_bytes_timer_{};
   std::optional<Reactor> reactor_;  // made once loop_ is initialised
   LoopWatcher loop_watcher_;
   std::uint64_t iteration_ = 0;  // rounds of the worker's loop so far

@@ -63,6 +63,13 @@ class Session {
   // longer that server's to close.
   const ServerState* server() const { return connector_.current(); }
   State state() const { return state_; }
+  // The host's periodic look (every few seconds): a proxying session
+  // without interim records of its own (log_interval off) adds the bytes it
+  // moved since the last look to the counters, so that /status and
+  // /metrics show a live session's bytes before it ends.
+  void count_live_bytes() {
+    if (state_ == State::proxying && interim_at_ms_ == 0) count_bytes(true);
+  }
   // The worker's TimerQueue callback: a deadline of the session is due.
   static void fire_timer(void* owner);
 

@@ -82,6 +82,27 @@ std::vector<std::shared_ptr<ServerState>> Registry::servers() const {
   return out;
 }
 
+void Registry::retire(const std::string& upstream, const std::shared_ptr<ServerState>& state) {
+  std::lock_guard lock(mu_);
+  for (const Retired& r : retired_) {
+    if (r.upstream == upstream && r.state.lock() == state) return;
+  }
+  retired_.push_back({upstream, state, wall_ms()});
+}
+
+std::vector<RetiredServer> Registry::retired() {
+  std::lock_guard lock(mu_);
+  std::erase_if(retired_, [](const Retired& r) { return r.state.expired(); });
+  std::vector<RetiredServer> out;
+  for (const Retired& r : retired_) {
+    // A session of an old Snapshot may still be about to pick it: one with
+    // no session now stays listed here, and shows again if one comes.
+    std::shared_ptr<ServerState> s = r.state.lock();
+    if (s && s->active.load(std::memory_order_relaxed) > 0) out.push_back({r.upstream, std::move(s), r.at_ms});
+  }
+  return out;
+}
+
 std::shared_ptr<RouteStats> ListenerStats::route(const std::string& sni) {
   std::lock_guard lock(routes_mu_);
   std::shared_ptr<RouteStats>& slot = routes_[sni];

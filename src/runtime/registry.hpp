@@ -83,6 +83,15 @@ struct ProcessCounters {
 // without a family (never resolved) gives its text, so it is still unique.
 std::string server_identity(const Endpoint& address);
 
+// A server that a reload or a DNS change removed while sessions still used
+// it: those sessions go on (until they end, or its drain_timeout), and this
+// is how /status, /metrics and the admin API still find them.
+struct RetiredServer {
+  std::string upstream;
+  std::shared_ptr<ServerState> state;
+  std::int64_t retired_at_ms = 0;  // wall clock of the removal
+};
+
 class Registry {
  public:
   Registry();
@@ -105,6 +114,14 @@ class Registry {
   void forget_servers_except(const std::vector<const ServerState*>& kept);
   // The server states the registry still knows (those of the current Snapshot).
   std::vector<std::shared_ptr<ServerState>> servers() const;
+
+  // `state` left upstream `upstream` (a reload or a DNS change): remembered,
+  // without keeping it alive, for as long as an old Snapshot holds it.
+  void retire(const std::string& upstream, const std::shared_ptr<ServerState>& state);
+  // The retired servers that have live sessions now, by upstream name and
+  // address text (the oldest retirement first). Drops those no Snapshot
+  // holds any more.
+  std::vector<RetiredServer> retired();
 
   std::shared_ptr<ListenerStats> listener(const std::string& name);
   // Sessions that upstream `from` sent on to its fallback `to` (kept across
@@ -138,6 +155,12 @@ class Registry {
   std::map<std::string, std::shared_ptr<ListenerStats>> listeners_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<std::atomic<std::uint64_t>>> fallbacks_;
   std::map<std::string, std::shared_ptr<WaitQueue>> queues_;
+  struct Retired {
+    std::string upstream;
+    std::weak_ptr<ServerState> state;
+    std::int64_t at_ms = 0;
+  };
+  std::vector<Retired> retired_;  // in the order of retirement
   ProcessCounters counters_;
   std::shared_ptr<AccessLog> access_log_;
   std::string access_log_key_;

@@ -6,6 +6,7 @@ after a confirmation. Screenshots are kept in each test's output folder."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
@@ -95,6 +96,14 @@ def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     return width, height, rows
 
 
+def start_with_admin(s: harness.Sluice) -> str:
+    """Starts `s` (its file has an [admin] table); returns the API's base URL."""
+    s.start()
+    m = s.log.wait_for(r"admin API listening on (\S+)", timeout=harness.START_TIMEOUT)
+    host, port = harness.split_addr(m.group(1))
+    return f"http://{host}:{port}"
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium)")
 def test_status_page_in_headless_chromium(tmp_path, backends):
     a = backends(harness.banner_handler, name="A")
@@ -106,10 +115,7 @@ def test_status_page_in_headless_chromium(tmp_path, backends):
     text += '\n[admin]\nlisten = "127.0.0.1:0"\n'
     s = harness.Sluice(workdir, text, ["main"], name="sluice", access_log=access_log)
     try:
-        s.start()
-        m = s.log.wait_for(r"admin API listening on (\S+)", timeout=harness.START_TIMEOUT)
-        host, port = harness.split_addr(m.group(1))
-        url = f"http://{host}:{port}/"
+        url = start_with_admin(s) + "/"
         # Some traffic, so the page has numbers to show.
         for _ in range(4):
             c = s.connect(timeout=5)
@@ -226,8 +232,10 @@ PAGE_STATE = """(() => {
   const tables = Array.from(document.querySelectorAll("table.upstream"));
   const rows = {};
   tables.forEach(t => t.querySelectorAll("tr[data-server]").forEach(tr => {
+    const chk = tr.querySelector(".chk");
     rows[t.getAttribute("data-upstream") + " " + tr.getAttribute("data-server")] =
-      {cls: tr.className, cells: cells(tr),
+      {cls: tr.className, cells: cells(tr), for: tr.querySelector(".for").textContent.trim(),
+       chk: chk ? chk.textContent.trim() : "\u2013",
        actions: Array.from(tr.querySelectorAll("button")).map(b => b.dataset.action)};
   }));
   return {
@@ -243,12 +251,14 @@ PAGE_STATE = """(() => {
 })()"""
 
 
-def click(browser, upstream_name: str, server: str, action: str, accept: bool, prompt: str | None = None) -> dict:
+def click(browser, upstream_name: str, server: str, action: str, accept: bool, prompt: str | None = None,
+          row: str = "data-server") -> dict:
     """Clicks a server's action button and answers its dialog; returns the dialog.
     The click runs from a timer so that this call returns before the dialog
-    blocks the page; a page reloading under it is a retry (AssertionError)."""
+    blocks the page; a page reloading under it is a retry (AssertionError).
+    `row`: the attribute that names the row's server (data-retired: a retired one)."""
     expr = (f'(() => {{ const b = document.querySelector(\'table[data-upstream="{upstream_name}"] '
-            f'tr[data-server="{server}"] button[data-action="{action}"]\'); '
+            f'tr[{row}="{server}"] button[data-action="{action}"]\'); '
             f'if (!b) return false; setTimeout(() => b.click(), 0); return true; }})()')
     browser.drop_events("Page.javascriptDialogOpening")
     assert browser.evaluate(expr), f"no {action} button for {server} in {upstream_name}"
@@ -283,10 +293,7 @@ def test_status_page_actions_under_auth(tmp_path, backends):
     s = harness.Sluice(workdir, text, ["main", "tls"], name="sluice", access_log=access_log)
     browser = None
     try:
-        s.start()
-        m = s.log.wait_for(r"admin API listening on (\S+)", timeout=harness.START_TIMEOUT)
-        host, port = harness.split_addr(m.group(1))
-        base = f"http://{host}:{port}"
+        base = start_with_admin(s)
         # Four sessions on the plain listener, one not-TLS on the preread one
         # (its default route).
         for _ in range(4):
@@ -317,8 +324,8 @@ def test_status_page_actions_under_auth(tmp_path, backends):
 
         heads = state["heads"]
         col = {h: i for i, h in enumerate(heads)}
-        for h in ("server", "state", "for", "last check", "bck", "wt", "eff", "cur", "peak", "max", "sess/s",
-                  "total", "fail", "downtime", "actions"):
+        for h in ("server", "state", "reason", "wt", "cur", "peak", "max", "sess/s", "total", "fail", "chk fail",
+                  "dn", "downtime", "in", "out", "actions"):
             assert h in col, f"no column {h!r} in {heads}"
         # Columns line up across the upstream tables.
         assert len(state["geometry"]) == 2 and state["geometry"][0] == state["geometry"][1], state["geometry"]
@@ -327,20 +334,19 @@ def test_status_page_actions_under_auth(tmp_path, backends):
         assert set(rows) == {f"up {a.address}", f"up {b.address}", f"other {a.address}", f"other {b.address}"}, rows
         for key, row in rows.items():
             assert "state-up" in row["cls"].split(), (key, row)
-            assert re.fullmatch(r"\d+s|\d+m \d+s", row["cells"][col["for"]]), (key, row)
+            assert re.fullmatch(r"\d+s|\d+m \d+s", row["for"]), (key, row)
             assert row["cells"][col["cur"]] == "0", (key, row)
             assert sorted(row["actions"]) == ["disable", "drain", "weight"], (key, row)
         for srv in (a, b):
-            check = rows[f"up {srv.address}"]["cells"][col["last check"]]
+            check = rows[f"up {srv.address}"]["chk"]
             assert re.fullmatch(r"pass tcp \d+(\.\d)? ms, \d+s ago", check), check
-            assert rows[f"other {srv.address}"]["cells"][col["last check"]] == "\u2013"
+            assert rows[f"other {srv.address}"]["chk"] == "\u2013"
         sessions = sum(int(rows[f"up {x.address}"]["cells"][col["total"]]) for x in (a, b))
         assert sessions == 5, rows
         peak = sum(int(rows[f"up {x.address}"]["cells"][col["peak"]]) for x in (a, b))
         assert peak >= 1, rows
-        assert rows[f"other {b.address}"]["cells"][col["bck"]] == "Y"
         assert "backup" in rows[f"other {b.address}"]["cells"][col["server"]]
-        assert rows[f"other {a.address}"]["cells"][col["bck"]] == "\u2013"
+        assert "backup" not in rows[f"other {a.address}"]["cells"][col["server"]]
         assert rows[f"other {a.address}"]["cells"][col["max"]] == "5"
         assert re.fullmatch(r"\d+s|\d+m \d+s", state["uptime"]), state["uptime"]
         # The preread listener shows its configured routes and the default.
@@ -395,3 +401,233 @@ def test_status_page_actions_under_auth(tmp_path, backends):
             browser.close()
         rc = s.stop()
     assert rc == 0, "\n".join(s.log.lines[-40:])
+
+
+# --------------------------------------------------------------------------
+# A laptop's window: every column visible, nothing cut, nothing scrolls
+# --------------------------------------------------------------------------
+
+# Measured in the page: every table and every cell, against the window.
+LAYOUT = """(() => {
+  const vw = document.documentElement.clientWidth, out = {vw: vw, wide: [], cut: [], scrolls: [],
+    page: document.documentElement.scrollWidth, heads: 0};
+  const name = e => (e.closest("table").id || e.closest("table").dataset.upstream) + ": " +
+    e.textContent.trim().slice(0, 60);
+  document.querySelectorAll(".wrap").forEach(w => {
+    if (w.scrollWidth > w.clientWidth) out.scrolls.push(w.firstElementChild.id ||
+      w.firstElementChild.dataset.upstream);
+  });
+  document.querySelectorAll("table").forEach(t => {
+    if (t.getBoundingClientRect().right > vw + 0.5) out.wide.push("table " + (t.id || t.dataset.upstream));
+  });
+  document.querySelectorAll("th, td").forEach(c => {
+    if (c.offsetParent === null) return;  /* hidden by "hide down" */
+    if (c.tagName === "TH") out.heads++;
+    if (c.getBoundingClientRect().right > vw + 0.5) out.wide.push(name(c));
+    if (c.scrollWidth > c.clientWidth + 1) out.cut.push(name(c));
+    const cr = c.getBoundingClientRect();
+    c.querySelectorAll("*").forEach(e => {
+      const r = e.getBoundingClientRect();
+      if (r.width > 0 && (r.right > cr.right + 1 || r.left < cr.left - 1)) out.cut.push(name(c) + " <" + e.tagName + ">");
+    });
+  });
+  return out;
+})()"""
+
+TEXTS = """(() => {
+  const rows = {};
+  document.querySelectorAll("table.upstream").forEach(t => t.querySelectorAll("tr[data-server], tr[data-retired]")
+    .forEach(tr => {
+      const c = Array.from(tr.cells).map(x => x.innerText.trim());
+      rows[t.dataset.upstream + " " + (tr.dataset.server || tr.dataset.retired)] = {
+        cls: tr.className, cells: c, shown: tr.offsetParent !== null,
+        reason: (tr.querySelector(".reason") || tr.cells[2]).innerText.trim(),
+        from: (tr.querySelector(".from") || {}).innerText || ""};
+    }));
+  const sums = {};
+  document.querySelectorAll("tr.summary").forEach(tr => { sums[tr.dataset.summary] = tr.innerText; });
+  const lst = {};
+  document.querySelectorAll("#listeners tr[data-listener]:not(.route)").forEach(tr => {
+    lst[tr.dataset.listener] = {cls: tr.className, text: tr.innerText,
+      bg: getComputedStyle(tr.cells[0]).backgroundColor};
+  });
+  return {rows: rows, sums: sums, listeners: lst, header: document.getElementById("header").innerText,
+          title: document.querySelector("h1").innerText, hide: document.getElementById("hide-down").checked};
+})()"""
+
+
+def shoot(browser, path: Path, width: int | None = None) -> Path:
+    """A screenshot of the window, or with `width` of the whole page laid out
+    that wide (the window's width: the page as one scrolls through it)."""
+    params = {"format": "png"}
+    if width is not None:
+        m = browser.call("Page.getLayoutMetrics")
+        height = (m.get("cssContentSize") or m["contentSize"])["height"]
+        params.update(captureBeyondViewport=True, clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1})
+    path.write_bytes(base64.b64decode(browser.call("Page.captureScreenshot", **params)["data"]))
+    print(f"screenshot: {path}")
+    return path
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package chromium)")
+def test_status_page_fits_a_laptop(tmp_path, backends):
+    from cdp import Browser
+
+    from test_probes import http_handler, line_handler
+
+    web_ok = backends(http_handler(body=b"role=primary state=ready"), name="web-ok")
+    web_bad = backends(http_handler(body=b"role=replica state=catching-up"), name="web-bad")
+    pong = backends(line_handler(b"+PONG\r\n"), name="pong")
+    err = backends(line_handler(b"-ERR role is replica, replication is not running (Seconds_Behind_Master "
+                                 b"is NULL)\r\n"), name="err")
+    a = backends(harness.banner_handler, name="A")
+    b = backends(harness.banner_handler, name="B")
+    dead = harness.dead_port()
+    http_check = {"type": "http", "path": "/health", "expect_body": "role=primary state=ready",
+                  "interval": "300ms", "timeout": "2s", "rise": 1, "fall": 1}
+    ping_check = {"type": "send_expect", "send": "PING\r\n", "expect": "+PONG", "interval": "300ms",
+                  "timeout": "2s", "rise": 1, "fall": 1}
+
+    def upstreams(with_a: bool) -> dict:
+        return {
+            "pg": {"servers": [{"address": web_ok.address, "weight": 1000},
+                               {"address": web_bad.address, "weight": 10},
+                               {"address": f"127.0.0.1:{dead}", "backup": True}], "health": http_check},
+            "cache": {"queue": 10, "servers": [{"address": pong.address},
+                                               {"address": err.address, "max_conns": 100}],
+                      "health": ping_check},
+            "app": {"balance": "round_robin",
+                    "servers": ([{"address": a.address}] if with_a else []) + [{"address": b.address}]},
+            "orders": {"fallback": "pg", "servers": [{"address": a.address}, {"address": b.address}]},
+        }
+
+    listeners = [listener(), listener(name="pg", upstream="pg"), listener(name="cache", upstream="cache"),
+                 listener(name="orders", upstream="orders")]
+    workdir = tmp_path / "sluice"
+    workdir.mkdir()
+    access_log = workdir / "access.log"
+
+    def text(with_a: bool) -> str:
+        t = harness.render_config(default_global(access_log), [dict(l, **({"upstream": "app"} if l["name"] == "main"
+                                                                        else {})) for l in listeners],
+                                  upstreams(with_a))
+        return t + '\n[admin]\nlisten = "127.0.0.1:0"\n'
+
+    s = harness.Sluice(workdir, text(True), [l["name"] for l in listeners], name="sluice", access_log=access_log)
+    browser = None
+    try:
+        base = start_with_admin(s)
+
+        def get(path):
+            with urllib.request.urlopen(base + path, timeout=10) as r:
+                return json.load(r)
+
+        def post(path):
+            req = urllib.request.Request(base + path, method="POST", data=b"")
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.load(r)
+
+        want = {f"pg {web_ok.address}": "up", f"pg {web_bad.address}": "down", f"pg 127.0.0.1:{dead}": "down",
+                f"cache {pong.address}": "up", f"cache {err.address}": "down"}
+        wait_for("checks decided", lambda: {f"{u['name']} {sv['address']}": sv["state"]
+                                            for u in get("/status")["upstreams"] for sv in u["servers"]
+                                            if u["name"] in ("pg", "cache")} == want)
+        # orders: nothing eligible (one drained, one disabled): its clients go to pg.
+        post(f"/upstreams/orders/servers/{a.address}/drain")
+        post(f"/upstreams/orders/servers/{b.address}/disable")
+        c = s.connect("orders", timeout=5)
+        c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        assert b"200 OK" in harness.recv_all(c)
+        c.close()
+        # Two live sessions on app: one on each server, bytes moving on both.
+        held = {}
+        for _ in range(2):
+            c = s.connect("main", timeout=5)
+            held[harness.recv_line(c).decode()] = c
+        assert set(held) == {"A", "B"}, held
+        for c in held.values():
+            c.sendall(b"z" * 50000)
+            assert harness.recv_exact(c, 50000) == b"z" * 50000
+        # A reload takes A out of app while its session goes on: a retired row.
+        s.reload(text(False))
+        wait_for("live bytes", lambda: all(sv["bytes_in"] >= 50000 for u in get("/status")["upstreams"]
+                                           if u["name"] == "app" for sv in u["servers"] + u["retired"]))
+        doc = get("/status")
+        (app,) = [u for u in doc["upstreams"] if u["name"] == "app"]
+        assert [r["address"] for r in app["retired"]] == [a.address], app
+        reasons = {f"{u['name']} {sv['address']}": sv["reason"] for u in doc["upstreams"] for sv in u["servers"]}
+        assert "lacks" in reasons[f"pg {web_bad.address}"], reasons
+        assert "unexpected reply" in reasons[f"cache {err.address}"], reasons
+
+        browser = Browser(tmp_path / "chromium-profile", window="1366,768")
+        browser.call("Page.enable")
+        for width, height in ((1366, 768), (1920, 1080)):
+            browser.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                         mobile=False)
+            browser.navigate(base + "/")
+            layout = wait_for("the page", lambda: browser.evaluate(LAYOUT))
+            assert layout["vw"] <= width and layout["heads"] >= 16 * 4 + 11, layout
+            assert layout["page"] <= layout["vw"], f"the page scrolls sideways at {width}: {layout}"
+            assert layout["scrolls"] == [], f"tables that scroll sideways at {width}: {layout['scrolls']}"
+            assert layout["wide"] == [], f"wider than the {width} px window: {layout['wide']}"
+            assert layout["cut"] == [], f"cut at {width}: {layout['cut']}"
+            page = browser.evaluate(TEXTS)
+            rows = page["rows"]
+            # Reasons whole, the role's words too: what /status says, no ellipsis.
+            for key, reason in reasons.items():
+                assert rows[key]["reason"] == reason, (key, rows[key])
+            assert "\u2026" not in json.dumps(rows)
+            assert rows[f"pg {web_ok.address}"]["cells"][3].startswith("1000"), rows[f"pg {web_ok.address}"]
+            assert rows[f"app {b.address}"]["from"] == "file"
+            assert "state-retired" in rows[f"app {a.address}"]["cls"].split()
+            assert rows[f"app {a.address}"]["cells"][4] == "1"
+            # Live bytes: the held sessions' 50 000 bytes, before they end.
+            assert rows[f"app {b.address}"]["cells"][13] == "48.8 KiB", rows[f"app {b.address}"]
+            assert rows[f"app {a.address}"]["cells"][13] != "0 B", rows[f"app {a.address}"]
+            # A summary per upstream: states, sessions, queue, fallback, balance.
+            assert set(page["sums"]) == {"pg", "cache", "app", "orders"}, page["sums"]
+            assert "1 up, 2 down of 3" in page["sums"]["pg"], page["sums"]["pg"]
+            assert "1 disabled, 1 drained of 2" in page["sums"]["orders"], page["sums"]["orders"]
+            assert "fallback \u2192 pg: 1 taken" in page["sums"]["orders"], page["sums"]["orders"]
+            assert "queue 0 of 10" in page["sums"]["cache"] and "round_robin" in page["sums"]["app"]
+            assert "1 retired" in page["sums"]["app"]
+            # The header: host, pid, version, max_connections, uptime.
+            assert doc["hostname"] in page["title"] and doc["version"] in page["title"], page["title"]
+            assert f"pid {doc['pid']}" in page["header"] and "max_connections 100000" in page["header"], page
+            assert re.search(r"up \d+s", page["header"]), page["header"]
+            # The listener whose upstream has no server is red; the others are not.
+            assert "no-server" in page["listeners"]["orders"]["cls"].split(), page["listeners"]
+            assert page["listeners"]["orders"]["bg"] != page["listeners"]["pg"]["bg"], page["listeners"]
+            assert "no server available" in page["listeners"]["orders"]["text"]
+            assert "no-server" not in page["listeners"]["pg"]["cls"].split()
+            shoot(browser, tmp_path / f"status_page_{width}x{height}.png")
+            shoot(browser, tmp_path / f"status_page_{width}_full.png", width=width)
+
+        # "hide down": down rows go, and stay gone across the page's own reloads.
+        assert rows[f"pg {web_bad.address}"]["shown"]
+        browser.evaluate('document.getElementById("hide-down").click()')
+        page = browser.evaluate(TEXTS)
+        assert not page["rows"][f"pg {web_bad.address}"]["shown"] and page["rows"][f"pg {web_ok.address}"]["shown"]
+        browser.drop_events("Page.loadEventFired")
+        browser.event("Page.loadEventFired", timeout=30)
+        page = wait_for("the reloaded page", lambda: browser.evaluate(TEXTS))
+        assert page["hide"] and not page["rows"][f"pg {web_bad.address}"]["shown"], page["rows"]
+        layout = browser.evaluate(LAYOUT)
+        assert layout["wide"] == [] and layout["cut"] == [], layout
+
+        # The retired row's button closes its session (cause admin).
+        browser.call("Page.navigate", url=base + "/")
+        dialog = wait_for("retired close clicked", lambda: click(browser, "app", a.address, "close", accept=True,
+                                                                 row="data-retired"), timeout=60)
+        assert dialog["type"] == "confirm" and a.address in dialog["message"], dialog
+        assert harness.wait_closed(held["A"]) in ("eof", "reset")
+        wait_for("the retired row gone", lambda: all(u["retired"] == [] for u in get("/status")["upstreams"]))
+        held["B"].close()
+    finally:
+        if browser is not None:
+            browser.close()
+        rc = s.stop()
+    assert rc == 0, "\n".join(s.log.lines[-40:])
+    records = [r for r in s.access_records() if r.get("server") == a.address and r["cause"] != "interim"]
+    assert any(r["cause"] == "admin" for r in records), records
+

@@ -128,3 +128,32 @@ TEST_CASE("the same address in two upstreams is two servers") {
   auto s = Snapshot::build(std::make_shared<const Config>(parse_config(text, "t.toml")), registry, 1);
   CHECK(&s->find_upstream("a")->server(0) != &s->find_upstream("b")->server(0));
 }
+
+TEST_CASE("a retired server is listed while it has sessions and forgotten once no Snapshot holds it") {
+  Registry registry;
+  auto a = Snapshot::build(config_of("{ address = \"127.0.0.1:5001\" }, { address = \"127.0.0.1:5002\" }"),
+                           registry, 1);
+  std::shared_ptr<ServerState> gone = a->find_upstream("pg")->member(0).state;
+  auto b = Snapshot::build(config_of("{ address = \"127.0.0.1:5002\" }"), registry, 2);
+  registry.retire("pg", gone);
+  registry.retire("pg", gone);  // once is enough
+  CHECK(registry.retired().empty());  // no session on it: nothing to show
+
+  gone->active = 2;
+  std::vector<RetiredServer> r = registry.retired();
+  REQUIRE(r.size() == 1);
+  CHECK(r[0].upstream == "pg");
+  CHECK(r[0].state == gone);
+  CHECK(r[0].retired_at_ms > 0);
+  // A session of the old Snapshot may pick it after the removal: it shows then.
+  gone->active = 0;
+  CHECK(registry.retired().empty());
+  gone->active = 1;
+  CHECK(registry.retired().size() == 1);
+
+  // The old Snapshot goes with its last session: so does the entry.
+  gone->active = 0;
+  gone.reset();
+  a.reset();
+  CHECK(registry.retired().empty());
+}
