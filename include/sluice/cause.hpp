@@ -33,9 +33,10 @@ enum class Cause : unsigned char {
   server_no_tls,     // preread = "postgres": the server refused TLS (answered 'N')
   queue_timeout,     // waited in the upstream's queue (every server full) for queue_timeout
   fenced,            // the server lost its place as the one writer (another primary won, or a failover began)
+  upgrade,           // a binary upgrade's old process: could not hand it over within upgrade_finish_timeout
 };
 
-inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::fenced) + 1;
+inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::upgrade) + 1;
 
 constexpr std::string_view to_string(Cause c) {
   switch (c) {
@@ -65,6 +66,7 @@ constexpr std::string_view to_string(Cause c) {
     case Cause::server_no_tls: return "server_no_tls";
     case Cause::queue_timeout: return "queue_timeout";
     case Cause::fenced: return "fenced";
+    case Cause::upgrade: return "upgrade";
   }
   return "unknown";
 }
