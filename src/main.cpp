@@ -105,6 +105,12 @@ int main(int argc, char** argv) {
     ::unsetenv(sluice::upgrade::kFdEnv);
     close_inherited(upgrade_fd);
   }
+#ifdef SLUICE_TEST_FAULTS
+  // The test build only (sluice-next): die in the middle of a hand-over.
+  if (const char* v = std::getenv("SLUICE_TEST_EXIT_AFTER_ADOPTING"); v != nullptr && upgrade_fd >= 0) {
+    sluice::upgrade::exit_after_adopting(std::strtoull(v, nullptr, 10));
+  }
+#endif
 
   // Not for -t: a check must stay easy to interrupt.
   if (!test_only) {
@@ -116,6 +122,8 @@ int main(int argc, char** argv) {
     config = std::make_shared<const sluice::Config>(sluice::load_config(path));
   } catch (const sluice::ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());
+    // Started by an upgrade: the serving process logs why this one stops.
+    sluice::upgrade::tell_failure(upgrade_fd, "critical", e.what());
     return 1;
   }
   if (test_only) {
@@ -131,7 +139,9 @@ int main(int argc, char** argv) {
   try {
     sluice::init_error_log(config->global.log_level, config->global.error_log);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sluice: cannot open error_log \"%s\": %s\n", config->global.error_log.c_str(), e.what());
+    const std::string why = "cannot open error_log \"" + config->global.error_log + "\": " + e.what();
+    std::fprintf(stderr, "sluice: %s\n", why.c_str());
+    sluice::upgrade::tell_failure(upgrade_fd, "critical", why);
     return 1;
   }
   std::string cwd;
@@ -150,6 +160,7 @@ int main(int argc, char** argv) {
     // Out of kernel resources before anything could run (an epoll set, a
     // thread): said plainly, not as an abort.
     spdlog::critical("sluice: cannot start: {}", e.what());
+    sluice::upgrade::tell_failure(upgrade_fd, "critical", std::string("cannot start: ") + e.what());
     status = 1;
   }
   // A log destination that stopped draining must not hang the exit: what it

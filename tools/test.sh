@@ -149,6 +149,7 @@ tsan_tests=(
   tests/integration/test_readiness.py
   tests/integration/test_queue.py
   tests/integration/test_upgrade.py
+  tests/integration/test_upgrade_promises.py
   tests/e2e/test_upgrade_db.py
   tests/e2e/test_one_writer.py
 )

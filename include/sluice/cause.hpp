@@ -34,9 +34,10 @@ enum class Cause : unsigned char {
   queue_timeout,     // waited in the upstream's queue (every server full) for queue_timeout
   fenced,            // the server lost its place as the one writer (another primary won, or a failover began)
   admin,             // closed by an operator through the admin API (a retired server's sessions)
+  upgrade,           // a binary upgrade's old process: could not hand it over within upgrade_finish_timeout
 };
 
-inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::admin) + 1;
+inline constexpr std::size_t kCauseCount = static_cast<std::size_t>(Cause::upgrade) + 1;
 
 constexpr std::string_view to_string(Cause c) {
   switch (c) {
@@ -67,6 +68,7 @@ constexpr std::string_view to_string(Cause c) {
     case Cause::queue_timeout: return "queue_timeout";
     case Cause::fenced: return "fenced";
     case Cause::admin: return "admin";
+    case Cause::upgrade: return "upgrade";
   }
   return "unknown";
 }

@@ -63,6 +63,11 @@ struct GlobalConfig {
   // A binary upgrade (SIGUSR2, POST /upgrade) is given up when the new
   // process has not taken over within this.
   Duration upgrade_timeout = std::chrono::seconds(30);
+  // Once the new process serves, the old one hands its sessions over for at
+  // most this long; the sessions that could not move by then are closed
+  // (cause upgrade) and it exits. The loader sets it to upgrade_timeout
+  // when the file does not say.
+  Duration upgrade_finish_timeout = std::chrono::seconds(30);
   // The window over which sessions closed together at a deadline (the end
   // of shutdown_timeout, of a drain_timeout) are closed one by one, so that
   // their clients do not all reconnect in the same second. Unset: the end

@@ -43,7 +43,8 @@ struct Outcome {
 
 // What the host knows and the Snapshot does not.
 struct ProcessInfo {
-  std::int64_t started_at_ms = 0;   // wall clock
+  std::int64_t started_at_ms = 0;   // wall clock: the service's start (a binary upgrade carries it over)
+  std::int64_t process_started_at_ms = 0;  // wall clock: this process's start
   std::int64_t loaded_at_ms = 0;    // when the running configuration was applied
   std::uint64_t generation = 0;
   std::string config_file;
@@ -61,7 +62,9 @@ struct ProcessInfo {
   std::string not_ready_reason;   // why not, when not ready
   std::int64_t ready_since_ms = 0;  // wall clock of the last change (or the start)
   DnsStatus dns;  // servers from DNS: entries, counters
-  std::string upgrade_state;  // binary upgrade: none, starting, handing_over, failed
+  // Binary upgrade (control/upgrade_state.hpp): none, starting,
+  // handing_over, finishing, handed_over, failed, receiving, took_over.
+  std::string upgrade_state;
   std::string upgrade_message;
 };
 

@@ -148,9 +148,13 @@ std::string metrics_text(const Snapshot& snap, const ProcessInfo& info, TimePoin
   Writer w;
   w.family("sluice_build_info", "gauge", "Version of the running sluice (always 1).");
   w.sample("sluice_build_info", {{"version", sluice::version()}}, 1.0);
-  w.family("sluice_start_time_seconds", "gauge", "Start time of the process, seconds since the epoch.");
+  w.family("sluice_start_time_seconds", "gauge",
+           "Start time of the service, seconds since the epoch (kept across binary upgrades).");
   w.sample("sluice_start_time_seconds", {}, static_cast<double>(info.started_at_ms) / 1000.0);
-  w.family("sluice_config_generation", "gauge", "Generation of the running configuration (1 at start).");
+  w.family("sluice_process_start_time_seconds", "gauge", "Start time of this process, seconds since the epoch.");
+  w.sample("sluice_process_start_time_seconds", {}, static_cast<double>(info.process_started_at_ms) / 1000.0);
+  w.family("sluice_config_generation", "gauge",
+           "Generation of the running configuration (1 at start; a binary upgrade goes on from the old one's).");
   w.sample("sluice_config_generation", {}, info.generation);
   w.family("sluice_config_last_reload_successful", "gauge",
            "1 when the last reload succeeded or none was tried, 0 when it failed.");

@@ -179,6 +179,10 @@ nlohmann::json status_json(const Snapshot& snapshot, const ProcessInfo& info, Ti
   doc["upgrade"] = {{"state", info.upgrade_state}, {"message", info.upgrade_message}};
   doc["started_at_ms"] = info.started_at_ms;
   doc["uptime_seconds"] = static_cast<double>(now_ms - info.started_at_ms) / 1000.0;
+  // The service's start and uptime above go on across binary upgrades;
+  // this process's own beside them.
+  doc["process_started_at_ms"] = info.process_started_at_ms;
+  doc["process_uptime_seconds"] = static_cast<double>(now_ms - info.process_started_at_ms) / 1000.0;
   doc["config"] = {{"file", info.config_file}, {"generation", info.generation}, {"loaded_at_ms", info.loaded_at_ms}};
   doc["last_reload"] = {{"attempted", info.reload_attempted}, {"ok", info.reload_ok},
                         {"time_ms", info.reload_time_ms},     {"origin", info.reload_origin},

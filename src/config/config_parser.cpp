@@ -235,7 +235,7 @@ class Parser {
     TableReader r(table, "[global]", path_);
     r.reject_unknown_keys({"workers", "max_connections", "shutdown_timeout", "log_level", "error_log", "access_log",
                            "access_log_format", "log_interval", "drain_timeout", "shutdown_delay", "pid_file",
-                           "upgrade_timeout", "close_spread", "watch_config"});
+                           "upgrade_timeout", "upgrade_finish_timeout", "close_spread", "watch_config"});
     GlobalConfig g;
     if (auto v = r.integer("workers", 0, 256)) g.workers = static_cast<unsigned>(*v);
     if (auto v = r.integer("max_connections", 1, kInt64Max)) g.max_connections = static_cast<std::uint64_t>(*v);
@@ -279,6 +279,8 @@ class Parser {
       g.pid_file = *v;
     }
     if (auto v = r.duration("upgrade_timeout", false)) g.upgrade_timeout = *v;
+    g.upgrade_finish_timeout = g.upgrade_timeout;
+    if (auto v = r.duration("upgrade_finish_timeout", false)) g.upgrade_finish_timeout = *v;
     if (auto v = r.duration("close_spread", true)) {
       g.close_spread = *v;
       g.close_spread_set = true;

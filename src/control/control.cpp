@@ -18,6 +18,7 @@
 
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
+#include <xxhash.h>
 
 #include "log/access_log.hpp"
 #include "net/listener.hpp"
@@ -25,6 +26,7 @@
 #include "sluice/address.hpp"
 #include "sluice/time.hpp"
 #include "sluice/version.hpp"
+#include "upgrade/channel.hpp"
 
 namespace sluice {
 
@@ -114,6 +116,27 @@ std::string through_links(std::string path) {
   return path;
 }
 
+// What a configuration file says, as a number: an upgrade compares the
+// file the new process read with the text the old one ran. 0 when it
+// cannot be read.
+std::uint64_t text_digest(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
+
+std::uint64_t file_digest(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  char buf[16384];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) XXH3_64bits_update(st, buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  const std::uint64_t d = n == 0 ? XXH3_64bits_digest(st) : 0;
+  XXH3_freeState(st);
+  return d;
+}
+
 }  // namespace
 
 struct Control::Drain {
@@ -141,7 +164,7 @@ int Control::run() {
   snapshot_.reset();
   uv_loop_close(loop_);
   remove_pid_file();
-  spdlog::info(handed_over_ ? "stopped: the new process serves" : "stopped");
+  spdlog::info(upgrade_state_.state() == UpgradeState::handed_over ? "stopped: the new process serves" : "stopped");
   return exit_status_;
 }
 
@@ -151,6 +174,8 @@ bool Control::start() {
   raise_nofile(config, nworkers_);
 
   started_at_ms_ = wall_ms();
+  service_started_at_ms_ = started_at_ms_;
+  config_digest_ = file_digest(config_path_);
   health_ = std::make_unique<HealthChecker>(
       loop_, [this](std::shared_ptr<ServerState> server, const HealthConfig&, HealthChecker::SessionAction action) {
         // on_down = "close_sessions" or a role change: the server's live
@@ -179,8 +204,16 @@ bool Control::start() {
   signal_poll_.data = this;
   // Started by a binary upgrade: the listening sockets come from the
   // process that serves now, which goes on serving if this start fails.
-  const std::string handover_error = takeover_fd_ >= 0 ? receive_handover() : std::string();
+  const std::string handover_error = takeover_ ? receive_handover() : std::string();
+  // The service goes on: its start, its configuration generation, its reloads.
+  if (handover_error.empty() && !inherited_service_.empty()) restore_service(inherited_service_);
   ReloadResult r = handover_error.empty() ? apply(initial_) : ReloadResult{false, "upgrade: " + handover_error};
+  // The old process's counts and totals, now that the Registry has this
+  // configuration's servers and listeners.
+  if (r.ok && !inherited_figures_.empty()) {
+    fold_in(inherited_figures_);
+    inherited_figures_.clear();
+  }
   for (auto& [key, fds] : inherited_) {
     for (int fd : fds) ::close(fd);  // the configuration no longer has them
   }
@@ -197,6 +230,8 @@ bool Control::start() {
     if (discovery_) discovery_->stop([] {});
     if (sentinels_) sentinels_->stop();
     spdlog::critical("{}", r.message);
+    // The old process logs why this one did not take over.
+    if (takeover_) upgrade::tell_failure(takeover_->fd(), "critical", r.message);
     for (auto& w : workers_) w->post(WorkerCommand::of(WorkerCommand::Kind::stop));
     for (auto& w : workers_) w->start();
     for (auto& w : workers_) w->join();
@@ -209,10 +244,12 @@ bool Control::start() {
   tick_.data = this;
   uv_timer_start(&tick_, on_tick, 1000, 1000);
   update_watch();
-  for (auto& w : workers_) w->start();
+  // Started by an upgrade: the workers accept once the old process has
+  // stopped (its counts are then here, and only go down).
+  if (!takeover_) start_workers();
   spdlog::info("sluice {} started: {} worker(s), {} listener(s)", sluice::version(), nworkers_,
                config.listeners.size());
-  if (takeover_fd_ >= 0) {
+  if (takeover_) {
     announce_takeover();
   } else {
     write_pid_file();
@@ -228,7 +265,9 @@ ReloadResult Control::reload_from_file() {
   } catch (const ConfigError& e) {
     return {false, e.what()};
   }
-  return apply(std::move(config));
+  ReloadResult r = apply(std::move(config));
+  if (r.ok) config_digest_ = file_digest(config_path_);
+  return r;
 }
 
 ReloadResult Control::apply(std::shared_ptr<const Config> config) {
@@ -518,7 +557,7 @@ void Control::apply_discovered() {
   // that wait in a queue for a failover to end: a new master is still
   // checked and handed to them (the workers, which hand their sessions
   // over, keep the Snapshot they have).
-  if ((stopping_ && !handed_over_) || !snapshot_ || !file_config_) return;
+  if ((stopping_ && !mainpid_moved_) || !snapshot_ || !file_config_) return;
   std::shared_ptr<const Snapshot> snap;
   try {
     snap = Snapshot::build(with_discovered(file_config_), registry_, generation_);
@@ -532,7 +571,7 @@ void Control::apply_discovered() {
   // can pick it.
   if (health_) health_->update(*snap);
   for (auto& w : workers_) {
-    if (handed_over_) break;
+    if (mainpid_moved_) break;
     WorkerCommand c;
     c.kind = WorkerCommand::Kind::update;
     c.snapshot = snap;
@@ -542,7 +581,7 @@ void Control::apply_discovered() {
   std::shared_ptr<const Snapshot> before = std::move(snapshot_);
   snapshot_ = std::move(snap);
   snapshot_is_current();
-  if (!handed_over_) drain_removed(*before, *snapshot_);
+  if (!mainpid_moved_) drain_removed(*before, *snapshot_);
   close_replaced_masters(*before);
 }
 
@@ -596,7 +635,7 @@ void Control::on_signal(int signum) {
     case SIGTERM:
     case SIGINT:
       if (delay_stop(signum)) return;
-      if (stopping_) {
+      if (stop_begun_) {
         spdlog::info("received {} again: closing every session now", signum == SIGINT ? "SIGINT" : "SIGTERM");
         begin_stop(true);
       } else {
@@ -616,7 +655,7 @@ void Control::on_signal(int signum) {
       reopen_logs();
       return;
     case SIGUSR2:
-      upgrade("SIGUSR2");
+      upgrade("SIGUSR2");  // logs why when it is refused
       return;
     default:
       return;
@@ -662,6 +701,7 @@ ReloadResult Control::put_config(std::string_view toml) {
       r = {false, "cannot write " + tmp + ": " + err};
     } else {
       r = apply(std::move(config));
+      if (r.ok) config_digest_ = text_digest(toml);
       if (r.ok && ::rename(tmp.c_str(), target.c_str()) != 0) {
         r.message += "; but replacing " + target + " failed: " + std::strerror(errno) +
                      " (the running configuration differs from the file)";
@@ -796,7 +836,8 @@ void Control::close_sessions(std::shared_ptr<const ServerState> server, Cause ca
 
 admin::ProcessInfo Control::process_info() const {
   admin::ProcessInfo p;
-  p.started_at_ms = started_at_ms_;
+  p.started_at_ms = service_started_at_ms_;
+  p.process_started_at_ms = started_at_ms_;
   p.loaded_at_ms = loaded_at_ms_;
   p.generation = generation_;
   p.config_file = config_path_;
@@ -816,8 +857,8 @@ admin::ProcessInfo Control::process_info() const {
   p.ready_since_ms = ready_since_ms_ != 0 ? ready_since_ms_ : started_at_ms_;
   if (discovery_) p.dns = discovery_->status();
   if (sentinels_) sentinels_->add_status(p.dns);
-  p.upgrade_state = upgrade_state_;
-  p.upgrade_message = upgrade_message_;
+  p.upgrade_state = std::string(to_string(upgrade_state_.state()));
+  p.upgrade_message = upgrade_state_.message();
   return p;
 }
 
@@ -845,13 +886,17 @@ std::string Control::start_admin(const Config& config) {
   admin_api_ = std::make_unique<admin::AdminApi>(std::move(hooks));
   admin_token_ = config.admin.token;
   admin_api_->set_token(admin_token_);
+  const int inherited = inherited_admin_;
+  inherited_admin_ = -1;
+  return start_admin_http(inherited);
+}
+
+std::string Control::start_admin_http(int inherited) {
   admin_http_ = std::make_unique<admin::HttpServer>(
       loop_, [this](const admin::Request& req) { return admin_api_->handle(req); });
   admin_http_->set_gate([this](const admin::Request& req) { return admin_api_->authorize(req); });
-  const int inherited = inherited_admin_;
-  inherited_admin_ = -1;
-  if (std::string err = admin_http_->listen(config.admin.listen, inherited); !err.empty()) return "[admin] " + err;
-  admin_api_->set_allowed_hosts(admin::allowed_hosts(config.admin, admin_http_->bound_port()));
+  if (std::string err = admin_http_->listen(admin_config_.listen, inherited); !err.empty()) return "[admin] " + err;
+  admin_api_->set_allowed_hosts(admin::allowed_hosts(admin_config_, admin_http_->bound_port()));
   spdlog::info("admin API listening on {}", admin_http_->bound());
   return {};
 }
@@ -860,7 +905,7 @@ void Control::notify_systemd(const std::string& state) {
   // A no-op unless started by systemd with Type=notify (NOTIFY_SOCKET set).
   // Once a new binary serves, it is the main PID: this one's STOPPING=1
   // would stop the service.
-  if (handed_over_) return;
+  if (mainpid_moved_) return;
   sd_notify(0, state.c_str());
 }
 
@@ -916,6 +961,8 @@ void Control::watch_outages(TimePoint now) {
 }
 
 void Control::begin_stop(bool now) {
+  stop_begun_ = true;
+  upgrade_stop_begun();
   if (!stopping_) {
     stopping_ = true;
     notify_systemd("STOPPING=1");
@@ -1005,7 +1052,7 @@ void Control::on_workers_stopped() {
   if (discovery_) discovery_->stop([] {});
   if (sentinels_) sentinels_->stop();
   if (watch_) watch_->close([] {});
-  if (admin_http_ && !handed_over_) admin_http_->close([] {});  // else closed at the hand-over
+  if (admin_http_) admin_http_->close([] {});  // else closed at the hand-over
   close_upgrade();
   uv_close(as_handle(&stopped_async_), nullptr);
 }

@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "admin/admin_api.hpp"
+#include "control/upgrade_state.hpp"
 #include "admin/http_server.hpp"
 #include "control/config_watch.hpp"
 #include "discovery/discovery.hpp"
@@ -27,8 +28,13 @@
 #include "runtime/snapshot.hpp"
 #include "sluice/config.hpp"
 #include "upstream/availability.hpp"
+#include "upgrade/counts.hpp"
 
 namespace sluice {
+
+namespace upgrade {
+class Channel;
+}
 
 class Worker;
 
@@ -65,9 +71,11 @@ class Control {
   void set_command(std::string exe, std::vector<std::string> args, std::string cwd);
   // This process was started by an upgrade: `fd` is its end of the
   // hand-over channel. start() takes the listening sockets over it.
-  void set_upgrade_channel(int fd) { takeover_fd_ = fd; }
+  void set_upgrade_channel(int fd);
   // SIGUSR2, POST /upgrade: starts the new binary and hands over to it.
-  // Returns at once; refused when one is under way or sluice is stopping.
+  // Returns at once; refused (and logged, with the reason) when one is
+  // under way, when this process is still receiving sessions from the one
+  // it took over from, or when sluice is stopping.
   admin::Outcome upgrade(std::string_view origin);
   ~Control();
   Control(const Control&) = delete;
@@ -129,28 +137,53 @@ class Control {
   struct Drain;  // a removed server's drain_timeout
 
   // ---- binary upgrade (upgrade.cpp) ----
-  // The new process: hello, then the listening sockets until "go". Returns
-  // "" or why the hand-over failed.
+  // The new process: hello, then the listening sockets, the servers' state,
+  // the service's figures until "go". Returns "" or why the hand-over failed.
   std::string receive_handover();
   // The new process, serving: writes the pid_file, tells systemd and the
-  // old process.
+  // old process; accepts once the old one has stopped accepting.
   void announce_takeover();
   // apply(): the sockets for `key` handed over by the old process, if any.
   bool take_inherited(const ListenerConfig& l, const std::string& key, std::vector<int>& fds, std::string& bound);
   // The old process: the new one has taken over.
   void on_taken_over(Upgrade& u);
-  // The old process: the upgrade is given up; this process serves on.
+  // The old process: the upgrade is given up before the new process took
+  // over; this process serves on.
   void upgrade_failed(Upgrade& u, const std::string& why);
   void on_upgrade_message(Upgrade& u);
+  // The old process, on the new one's hello: the listening sockets, what
+  // the service and each server have done, the rate-limit buckets, the
+  // counts, the admin socket, then "go". Returns "" or the send error.
+  std::string send_handover(int fd);
+  // The old process, every few milliseconds of the hand-over: reports its
+  // figures, lets the new process accept once no worker here does, and
+  // ends the hand-over once no session is left.
+  void on_handover_tick(Upgrade& u);
+  // The old process: upgrade_finish_timeout has passed.
+  void on_finish_deadline(Upgrade& u);
+  // The old process: the new one died (or is stopping) during the
+  // hand-over. Sessions it has not acknowledged stay here; with `serve`
+  // (and no stop under way) this process accepts again.
+  void take_back(Upgrade& u, const std::string& why, bool serve);
+  void serve_again();
+  // A graceful stop began: an upgrade not yet taken over is given up; a
+  // new process still receiving tells the old one (which stops too) and
+  // starts its workers if they wait (the stop needs them).
+  void upgrade_stop_begun();
   void write_pid_file();
   // At the end: closes what an upgrade still holds open on the loop.
   void close_upgrade();
-  // The new process: sessions the old one hands over go to the workers in
-  // turn.
+  // The new process: stops reading the channel and reporting on it.
+  void close_takeover();
+  // The new process: what the old one sends once this one serves
+  // (sessions, its figures, "released"), until it has gone.
   void on_handed_sessions();
+  // The new process: the old one has gone; the hand-over is over.
+  void finish_receiving();
+  void start_workers();
   // The new process, at its first apply(): what the old one knew of each
-  // server (active-check state, drain/disable, runtime weight), before the
-  // health checks start from it.
+  // server (active-check state, drain/disable, runtime weight, history),
+  // before the health checks start from it.
   void restore_servers();
   // The old process: the client_rate_limit buckets that are not full, a
   // few hundred per "client" message. Returns "" or the send error.
@@ -158,6 +191,21 @@ class Control {
   // The new process: one "client" message's buckets into the listener of
   // that name. Returns "" or what is wrong with the message.
   std::string restore_client_buckets(const std::vector<std::string>& fields);
+  // The old process: what the service has done (start time, configuration
+  // generation, reloads), for the new one to go on from.
+  upgrade::Message service_message() const;
+  void restore_service(const std::vector<std::string>& fields);
+  // Both: this process's own figures (see upgrade/counts.hpp): with `all`,
+  // every one the new process takes over (old -> new); else only the
+  // servers' active counts (new -> old, for the picks the old process
+  // still makes).
+  std::vector<upgrade::Figure> own_figures(bool all) const;
+  // Both: sends what changed of own_figures(all) since `sent`.
+  std::string report_figures(int fd, bool all, upgrade::Tally& sent) const;
+  // Both: the other process's figures, counted with this one's.
+  void fold_in(const std::vector<upgrade::Figure>& figures);
+  // Both: the other process has gone: its gauges leave this one's counts.
+  void drop_remote();
   void remove_pid_file();
 
   bool start();
@@ -178,6 +226,8 @@ class Control {
                            std::vector<std::string>& waiting);
   // Starts the admin API when the configuration has one. Returns an error or "".
   std::string start_admin(const Config& config);
+  // Its HTTP server, on `inherited` (a socket already listening, or -1).
+  std::string start_admin_http(int inherited);
   admin::ProcessInfo process_info() const;
   // Every worker ends the sessions on `server` (every session when null)
   // with `cause`, one by one over `spread` from now, or at once when it is
@@ -284,23 +334,41 @@ class Control {
   int exit_status_ = 0;
 
   // Binary upgrade.
+  UpgradeMachine upgrade_state_;
   std::string exe_;
   std::vector<std::string> args_;
   std::string cwd_;
-  Upgrade* upgrade_ = nullptr;      // the one under way (it deletes itself)
-  bool handed_over_ = false;        // a new process serves; this one finishes its sessions
-  int takeover_fd_ = -1;            // the new process's end of the channel
+  std::vector<Upgrade*> upgrades_;  // each deletes itself once its handles have closed
+  // The old process: the new one is the main PID (systemd) from its
+  // "ready" on, until the upgrade fails.
+  bool mainpid_moved_ = false;
+  bool stop_begun_ = false;         // SIGTERM/SIGINT (or the new process stopping): a graceful stop
+  int admin_dup_ = -1;              // the old process: the admin API's socket during a hand-over
+  std::vector<std::unique_ptr<admin::HttpServer>> retired_admin_;  // closing; freed with the loop
+  std::shared_ptr<upgrade::Channel> takeover_;  // the new process's end of the channel
   std::map<std::string, std::vector<int>> inherited_;  // socket key -> sockets handed over
   int inherited_admin_ = -1;
   std::vector<std::vector<std::string>> inherited_servers_;  // "server" messages' fields
+  std::vector<upgrade::Figure> inherited_figures_;  // "counts" before the first Snapshot
+  std::vector<std::string> inherited_service_;      // the "service" message's fields
   std::uint64_t buckets_restored_ = 0;  // client_rate_limit buckets carried over
   uv_poll_t takeover_poll_{};       // the channel, once this process serves
   bool takeover_poll_open_ = false;
+  uv_timer_t takeover_timer_{};     // reports to the old process while receiving
+  bool takeover_timer_open_ = false;
+  TimePoint takeover_since_{};
+  bool workers_started_ = false;
+  int predecessor_ = 0;             // the old process's PID
   unsigned next_adopter_ = 0;
   std::uint64_t sessions_adopted_ = 0;
+  upgrade::Tally sent_;             // the new process: what it last reported
+  // The other process's figures folded into this one's counters, and the
+  // server state each server gauge went into (a reload may replace it).
+  upgrade::Tally remote_;
+  std::map<std::string, std::weak_ptr<ServerState>> remote_servers_;
   std::string pid_file_;            // the one this process wrote
-  std::string upgrade_state_ = "none";  // for GET /status
-  std::string upgrade_message_;
+  std::int64_t service_started_at_ms_ = 0;  // the first process's start (upgrades carry it over)
+  std::uint64_t config_digest_ = 0;  // of the configuration text in force
 };
 
 }  // namespace sluice

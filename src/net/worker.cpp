@@ -19,6 +19,7 @@
 #include "runtime/snapshot.hpp"
 #include "sluice/time.hpp"
 #include "upgrade/channel.hpp"
+#include "upgrade/session_record.hpp"
 
 namespace sluice {
 
@@ -100,6 +101,8 @@ Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   uv_timer_init(&loop_, &live_bytes_timer_);
   live_bytes_timer_.data = this;
   uv_timer_start(&live_bytes_timer_, on_live_bytes_timer, kLiveBytesMs, kLiveBytesMs);
+  uv_timer_init(&loop_, &move_timer_);
+  move_timer_.data = this;
   timers_.emplace(&loop_, &Session::fire_timer);
   reactor_.emplace(&loop_);
   loop_watcher_.loop = &loop_;
@@ -208,8 +211,11 @@ void Worker::drain_mailbox() {
       case WorkerCommand::Kind::update: apply_update(c); break;
       case WorkerCommand::Kind::close_sessions: close_sessions(c); break;
       case WorkerCommand::Kind::stop: begin_stop(); break;
-      case WorkerCommand::Kind::hand_over: begin_hand_over(c.channel); break;
+      case WorkerCommand::Kind::hand_over: begin_hand_over(std::move(c.channel)); break;
       case WorkerCommand::Kind::adopt: adopt(c); break;
+      case WorkerCommand::Kind::answer: answer(c); break;
+      case WorkerCommand::Kind::recall: recall(c); break;
+      case WorkerCommand::Kind::close_rest: close_rest(c); break;
       case WorkerCommand::Kind::stop_now:
         begin_stop();
         each_session([](Session& s) { s.terminate(Cause::shutdown); });
@@ -390,6 +396,7 @@ void Worker::link(Session& s) {
   if (sessions_) sessions_->prev = &s;
   sessions_ = &s;
   ++session_count_;
+  live_sessions_.store(session_count_, std::memory_order_release);
 }
 
 void Worker::unlink(Session& s) {
@@ -398,6 +405,7 @@ void Worker::unlink(Session& s) {
   if (sessions_ == &s) sessions_ = s.next;
   s.prev = s.next = nullptr;
   --session_count_;
+  live_sessions_.store(session_count_, std::memory_order_release);
   maybe_finish_stop();
 }
 
@@ -428,10 +436,15 @@ std::size_t Worker::close_spread(const ServerState* only, Cause cause, Duration 
   return n;
 }
 
+
 // ---- stopping --------------------------------------------------------------
 
 void Worker::begin_stop() {
-  if (stopping_) return;
+  // During a hand-over this is either its end (nothing left here) or a
+  // stop asked for meanwhile: sessions still move while they may, and the
+  // rest get shutdown_timeout.
+  if (stopping_ && !holding_) return;
+  holding_ = false;
   stopping_ = true;
   for (auto& l : listeners_) {
     if (!l->removing) close_listener(*l);
@@ -444,43 +457,95 @@ void Worker::begin_stop() {
   maybe_finish_stop();
 }
 
-void Worker::begin_hand_over(int channel) {
+void Worker::begin_hand_over(std::shared_ptr<upgrade::Channel> channel) {
   if (stopping_) return;
   stopping_ = true;
-  channel_ = channel;
+  holding_ = true;
+  channel_ = std::move(channel);
   for (auto& l : listeners_) {
     if (!l->removing) close_listener(*l);
   }
-  if (session_count_ > 0) {
-    spdlog::info("worker {}: stopped accepting; handing {} session(s) over", id_, session_count_);
-    // Not needed for the stop's deadline (there is none): it paces the moves.
-    if (channel_ >= 0) uv_timer_start(&shutdown_timer_, on_move_timer, 0, kMoveEveryMs);
-  }
-  maybe_finish_stop();
+  handed_over_.store(true, std::memory_order_release);
+  if (session_count_ > 0) spdlog::info("worker {}: stopped accepting; handing {} session(s) over", id_, session_count_);
+  if (channel_) uv_timer_start(&move_timer_, on_move_timer, 0, kMoveEveryMs);
 }
 
 void Worker::on_move_timer(uv_timer_t* t) { static_cast<Worker*>(t->data)->move_sessions(); }
 
 // Each session at its first quiet moment; one still prereading or
 // connecting finishes that step here first, one half closed ends here
-// (within its fin_timeout).
+// (within its fin_timeout). A session sent waits, untouched, for the new
+// process's word (answer()).
 void Worker::move_sessions() {
   int moved = 0;
   each_session([&](Session& s) {
-    if (channel_ < 0 || moved >= kMovesPerTurn || !s.movable()) return;
+    if (!channel_ || moved >= kMovesPerTurn || !s.movable()) return;
     upgrade::Message m;
-    if (!s.hand_over_message(m)) return;  // no memory file for its pending bytes now: a later turn
-    std::string err = upgrade::send(channel_, m, kMoveSendTimeoutMs);
+    const std::uint64_t seq = move_seq_ + 1;
+    if (!s.hand_over_message(m, id_, seq)) return;  // no memory file for its pending bytes now: a later turn
+    std::string err = upgrade::send(channel_->fd(), m, kMoveSendTimeoutMs);
     if (m.fds.size() > 2) ::close(m.fds[2]);  // the pending bytes' file: the new process has its own copy
     if (!err.empty()) {
-      spdlog::warn("worker {}: cannot hand sessions over ({}); the {} left end here", id_, err, session_count_);
-      channel_ = -1;
-      uv_timer_stop(&shutdown_timer_);
+      // The new process is gone or stuck: what has not gone stays here (the
+      // control loop decides what happens to it).
+      spdlog::warn("worker {}: cannot hand sessions over ({}); the {} left stay here for now", id_, err,
+                   session_count_ - moving_.size());
+      channel_.reset();
+      uv_timer_stop(&move_timer_);
       return;
     }
-    s.moved();
+    move_seq_ = seq;
+    s.begin_move();
+    moving_.emplace(seq, &s);
     ++moved;
   });
+}
+
+void Worker::answer(const WorkerCommand& c) {
+  auto it = moving_.find(c.seq);
+  if (it == moving_.end()) return;  // left to the new process already (close_rest)
+  Session* s = it->second;
+  moving_.erase(it);
+  if (c.adopted) {
+    s->moved();
+  } else {
+    s->stay(true);
+  }
+}
+
+void Worker::recall(WorkerCommand& c) {
+  channel_.reset();
+  uv_timer_stop(&move_timer_);
+  // Stay calls back into the session list only to end sessions, which
+  // leave moving_ untouched.
+  if (!moving_.empty()) {
+    spdlog::info("worker {}: the {} session(s) on their way to the new process stay here", id_, moving_.size());
+  }
+  for (auto& [seq, s] : moving_) s->stay(false);
+  moving_.clear();
+  // This hand-over is over: a later one may offer every session again.
+  each_session([](Session& s) { s.may_move_again(); });
+  if (!c.snapshot) {
+    for (auto& [id, fd] : c.open) ::close(fd);
+    maybe_finish_stop();
+    return;
+  }
+  // Serving again: as before the hand-over.
+  holding_ = false;
+  stopping_ = false;
+  handed_over_.store(false, std::memory_order_release);
+  apply_update(c);
+  if (session_count_ > 0) spdlog::info("worker {}: accepting again; {} session(s) here", id_, session_count_);
+}
+
+void Worker::close_rest(const WorkerCommand& c) {
+  channel_.reset();
+  uv_timer_stop(&move_timer_);
+  // Those on their way: the new process holds their sockets; these copies
+  // go without a word to either peer.
+  for (auto& [seq, s] : moving_) s->moved();
+  moving_.clear();
+  close_spread(nullptr, c.cause, c.spread);
 }
 
 void Worker::adopt(WorkerCommand& c) {
@@ -490,15 +555,47 @@ void Worker::adopt(WorkerCommand& c) {
   for (auto& [unused, fd] : c.open) m.fds.push_back(fd);
   c.open.clear();
   upgrade::SessionRecord r;
-  const long view = snapshot_ && !stopping_ ? snapshot_->find_listener(m.fields.empty() ? "" : m.fields[0]) : -1;
-  if (view < 0 || !upgrade::SessionRecord::from_message(m, r)) {
-    spdlog::warn("worker {}: a session handed over has no listener here (\"{}\"); it is closed", id_,
-                 m.fields.empty() ? "" : m.fields[0]);
+  const bool whole = upgrade::SessionRecord::from_message(m, r);
+  const long view = whole && snapshot_ ? snapshot_->find_listener(r.listener) : -1;
+  std::string why;
+  Session* s = nullptr;
+  if (!whole) {
+    why = "not a whole session record";
+  } else if (stopping_) {
+    why = "this process is stopping";
+  } else if (view < 0) {
+    why = "no listener \"" + r.listener + "\" in this configuration";
+  } else {
+    s = Session::adopt(*this, snapshot_, snapshot_->listeners[static_cast<std::size_t>(view)], m.fds[0], m.fds[1],
+                       m.fds.size() > 2 ? m.fds[2] : -1, r);
+    if (s == nullptr) why = "its sockets cannot be registered or its pending bytes read here";
+  }
+  if (m.fds.size() > 2) {
+    ::close(m.fds[2]);  // the pending bytes are read (or the session is not taken)
+    m.fds.pop_back();
+  }
+  if (s == nullptr) {
+    // These are copies: the old process carries on with the session.
     m.close_fds();
+    spdlog::warn("worker {}: a session handed over is declined ({}); it stays with the old process", id_, why);
+    if (whole && c.channel) {
+      upgrade::send(c.channel->fd(), upgrade::session_answer(upgrade::Kind::declined, r.worker, r.seq, why),
+                    kMoveSendTimeoutMs);
+    }
     return;
   }
-  Session::adopt(*this, snapshot_, snapshot_->listeners[static_cast<std::size_t>(view)], m.fds[0], m.fds[1],
-                 m.fds.size() > 2 ? m.fds[2] : -1, r);
+  // Counted and registered here, untouched yet: the old process may let go.
+  if (c.channel) {
+    upgrade::before_adopted_answer();
+    if (std::string err = upgrade::send(c.channel->fd(),
+                                        upgrade::session_answer(upgrade::Kind::adopted, r.worker, r.seq),
+                                        kMoveSendTimeoutMs);
+        !err.empty()) {
+      // The old process has gone (the usual reason): nobody else has it.
+      SPDLOG_DEBUG("worker {}: the old process did not hear that a session was adopted: {}", id_, err);
+    }
+  }
+  s->run_adopted();
 }
 
 void Worker::on_shutdown_timer(uv_timer_t* t) {
@@ -518,7 +615,7 @@ void Worker::on_live_bytes_timer(uv_timer_t* t) {
 }
 
 void Worker::maybe_finish_stop() {
-  if (stopping_ && session_count_ == 0 && listeners_.empty()) close_all();
+  if (stopping_ && !holding_ && session_count_ == 0 && listeners_.empty()) close_all();
 }
 
 void Worker::close_all() {
@@ -537,6 +634,8 @@ void Worker::close_all() {
   uv_close(as_handle(&mailbox_poll_), nullptr);
   uv_close(as_handle(&shutdown_timer_), nullptr);
   uv_close(as_handle(&live_bytes_timer_), nullptr);
+  uv_close(as_handle(&move_timer_), nullptr);
+  channel_.reset();
   timers_->close();
 }
 

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -42,11 +43,14 @@ namespace sluice {
 
 class Session;
 class ServerState;
+namespace upgrade {
+class Channel;
+}
 class Snapshot;
 class Worker;
 
 struct WorkerCommand {
-  enum class Kind { update, close_sessions, stop, stop_now, hand_over, adopt };
+  enum class Kind { update, close_sessions, stop, stop_now, hand_over, adopt, answer, recall, close_rest };
   Kind kind = Kind::update;
 
   // update: the Snapshot new sessions use from now on, the listening sockets
@@ -64,16 +68,31 @@ struct WorkerCommand {
   // Worker::close_spread).
   // stop: stop accepting, let sessions finish up to shutdown_timeout.
   // stop_now: as stop, and close every session at once (cause shutdown).
-  // hand_over: a new binary accepts on the same sockets now: stop accepting,
-  // send each session over `channel` once it may move (-1: none; sessions
-  // then end here), and finish once no session is left (no
-  // shutdown_timeout).
+  //
+  // Binary upgrade, the old process:
+  // hand_over: a new binary serves on the same sockets now: stop accepting,
+  // send each session over `channel` once it may move, and keep running
+  // (sessions or not) until the control loop says otherwise: `stop` once
+  // the hand-over is over, `recall` if the new process failed.
+  // answer: the new process's word on session `seq` of this worker:
+  // `adopted` (its descriptors here close) or not (it carries on here).
+  // recall: every session still waiting for the new process's word stays
+  // here, and no more move; with `snapshot` (and `open`, `names` as for
+  // update) this worker accepts again.
+  // close_rest: upgrade_finish_timeout has passed: sessions still waiting
+  // for the new process's word are left to it, the rest end with `cause`
+  // (upgrade) within `spread`.
+  //
+  // The new process:
   // adopt: a session the old process handed over: its record, and its
   // client and server sockets (and the memory file of its pending bytes,
   // when it has any) as the entries of `open` (so that a command dropped
-  // unread closes them like any other socket).
-  int channel = -1;
+  // unread closes them like any other socket); the answer goes on
+  // `channel`.
+  std::shared_ptr<upgrade::Channel> channel;
   std::vector<std::string> record;
+  std::uint64_t seq = 0;
+  bool adopted = false;
   std::shared_ptr<const ServerState> server;
   Cause cause = Cause::none;
   Duration spread{0};
@@ -104,6 +123,10 @@ class Worker final : public SessionHost {
 
   unsigned id() const { return id_; }
   bool finished() const { return finished_.load(std::memory_order_acquire); }
+  // Binary upgrade, for the control loop: this worker has stopped accepting
+  // for a hand-over; the sessions it holds (those on their way included).
+  bool handed_over() const { return handed_over_.load(std::memory_order_acquire); }
+  std::size_t live_sessions() const { return live_sessions_.load(std::memory_order_acquire); }
 
   // SessionHost
   uv_loop_t* loop() override { return &loop_; }
@@ -137,8 +160,11 @@ class Worker final : public SessionHost {
   // Returns how many it scheduled.
   std::size_t close_spread(const ServerState* only, Cause cause, Duration window);
   void begin_stop();
-  void begin_hand_over(int channel);
+  void begin_hand_over(std::shared_ptr<upgrade::Channel> channel);
   void move_sessions();
+  void answer(const WorkerCommand& c);
+  void recall(WorkerCommand& c);
+  void close_rest(const WorkerCommand& c);
   void adopt(WorkerCommand& c);
   static void on_move_timer(uv_timer_t* t);
   void maybe_finish_stop();
@@ -169,6 +195,7 @@ class Worker final : public SessionHost {
   uv_poll_t mailbox_poll_{};  // keeps the loop alive until close_all()
   uv_timer_t shutdown_timer_{};
   uv_timer_t live_bytes_timer_{};
+  uv_timer_t move_timer_{};  // binary upgrade: paces the moves
   std::optional<Reactor> reactor_;  // made once loop_ is initialised
   LoopWatcher loop_watcher_;
   std::uint64_t iteration_ = 0;  // rounds of the worker's loop so far
@@ -192,7 +219,14 @@ class Worker final : public SessionHost {
   std::uint64_t rng_ = 0x9E3779B97F4A7C15ULL;
   bool stopping_ = false;
   bool closed_ = false;
-  int channel_ = -1;  // binary upgrade: where sessions go (not ours to close)
+  // Binary upgrade (the old process): the hand-over began; the loop runs on
+  // without sessions until the control loop's stop (or recall).
+  bool holding_ = false;
+  std::shared_ptr<upgrade::Channel> channel_;  // where sessions go; null: nowhere (now)
+  std::uint64_t move_seq_ = 0;
+  std::unordered_map<std::uint64_t, Session*> moving_;  // by seq: sent, no word yet
+  std::atomic<bool> handed_over_{false};
+  std::atomic<std::size_t> live_sessions_{0};
 };
 
 }  // namespace sluice

@@ -49,6 +49,11 @@ void Pump::stop() {
   queued = 0;
 }
 
+void Pump::hold() {
+  running = false;
+  session->reactor().cancel(*this);
+}
+
 void Pump::queue_initial(const std::uint8_t* data, std::size_t len) {
   while (len > 0) {
     Buffer* b = session->pool().get();

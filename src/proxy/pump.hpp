@@ -55,6 +55,9 @@ struct Pump final : Deferred {
   // Stops for good (the session is closing, or a splicer takes over after
   // the queue emptied); gives queued buffers back.
   void stop();
+  // Stops for now, keeping what is queued (a session on its way to an
+  // upgrade's new process); start() goes on from there.
+  void hold();
   // Reading and writing, for the Legs' events.
   void pull();
   void flush();

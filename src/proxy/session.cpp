@@ -109,8 +109,14 @@ Session::Session(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, co
   timer_.owner = this;
 }
 
-Session::~Session() {
+Session::~Session() { uncount(); }
+
+// The connection is no longer open: out of the counts max_connections
+// reads, at once (not when the object goes after the round), so that a
+// client refused by a limit frees its place before the next accept.
+void Session::uncount() {
   if (counted_) {
+    counted_ = false;
     snapshot_->registry->counters().connections.fetch_sub(1, std::memory_order_relaxed);
     lv_.stats->active.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -377,6 +383,7 @@ void Session::on_leg_io(Leg& leg, std::uint32_t events) {
       return;
     }
     case State::accepted:
+    case State::moving:
     case State::closing:
       return;
   }
@@ -740,6 +747,7 @@ void Session::close_at(std::uint64_t at_ms, Cause cause) {
 }
 
 void Session::arm_timer() {
+  if (state_ == State::moving) return;
   const ListenerConfig& lc = *lv_.config;
   std::uint64_t deadline = 0;
   auto consider = [&deadline](std::uint64_t d) {
@@ -772,6 +780,7 @@ void Session::arm_timer() {
       if (half_closed_) consider(last_activity_ms_ + ms(lc.fin_timeout));
       break;
     case State::accepted:
+    case State::moving:
     case State::closing:
       break;
   }
@@ -801,6 +810,7 @@ std::uint64_t Session::server_keepalive_at() const {
 void Session::fire_timer(void* owner) { static_cast<Session*>(owner)->on_timer(); }
 
 void Session::on_timer() {
+  if (state_ == State::moving) return;  // no deadline while moving; stay() arms them again
   const ListenerConfig& lc = *lv_.config;
   std::uint64_t now = uv_now(host_.loop());
   if (close_at_ms_ != 0 && now >= close_at_ms_) {
@@ -875,6 +885,7 @@ void Session::on_timer() {
       }
       break;
     case State::accepted:
+    case State::moving:
     case State::closing:
       return;
   }
@@ -907,6 +918,12 @@ Session::Drain Session::peers_draining() {
 
 void Session::finish(Cause cause) {
   if (state_ == State::closing) return;
+  if (state_ == State::moving) {
+    // The new process may have it already: only if it stays here does it
+    // end, and then for the first reason given.
+    if (moving_end_ == Cause::none) moving_end_ = cause;
+    return;
+  }
   if (state_ != State::refusing && begin_refusal(cause)) return;
   cause_ = cause;
   set_state(State::closing);
@@ -935,6 +952,7 @@ void Session::finish(Cause cause) {
   // Sessions refused by policy are counted by cause, not timed.
   if (!quiet_) lv_.stats->session_seconds.observe(static_cast<double>(uv_now(host_.loop()) - start_ms_) / 1000.0);
   if (client_counted_) lv_.stats->clients.release(&peer_.sa);
+  uncount();
   if (!quiet_ && snapshot_->access_log->enabled()) write_access_record();
   host_.unlink(*this);
   host_.retire(*this);
@@ -1000,16 +1018,18 @@ namespace sluice {
 // pipes are empty.
 
 bool Session::movable() const {
-  if (state_ != State::proxying || half_closed_ || close_at_ms_ != 0) return false;
+  if (state_ != State::proxying || unmovable_ || half_closed_ || close_at_ms_ != 0) return false;
   if (extra_ && (!extra_->forward.empty() || extra_->pg_deadline_ms != 0)) return false;
   if (c2s_.eof || s2c_.eof || c2s_.fin_sent || s2c_.fin_sent) return false;
   if (!client_.open() || !server_.open()) return false;
   return !spliced_ || splicer_->idle();
 }
 
-bool Session::hand_over_message(upgrade::Message& out) const {
+bool Session::hand_over_message(upgrade::Message& out, std::uint64_t worker, std::uint64_t seq) const {
   const std::uint64_t now = uv_now(host_.loop());
   upgrade::SessionRecord r;
+  r.worker = worker;
+  r.seq = seq;
   r.listener = lv_.config->name;
   if (const Upstream* up = connector_.upstream()) r.upstream = up->name();
   if (const Upstream* origin = connector_.origin()) r.origin_upstream = origin->name();
@@ -1053,6 +1073,25 @@ bool Session::hand_over_message(upgrade::Message& out) const {
   return true;
 }
 
+void Session::begin_move() {
+  set_state(State::moving);
+  c2s_.hold();
+  s2c_.hold();
+  reactor().cancel(connector_);
+  host_.timers().cancel(timer_);
+  if (spliced_) {
+    // Its pipes are empty (movable()): should it stay, it copies.
+    splicer_->close();
+    spliced_ = false;
+  }
+  // The new process may read and write these sockets from now on: out of
+  // this epoll set (the descriptors stay open, in case it does not).
+  for (Leg* leg : {&client_, &server_}) {
+    if (leg->registered) reactor().remove(leg->fd);
+    leg->registered = false;
+  }
+}
+
 void Session::moved() {
   if (state_ == State::closing) return;
   set_state(State::closing);
@@ -1070,16 +1109,47 @@ void Session::moved() {
     leg->registered = false;
     leg->close(false);
   }
+  if (client_counted_) {
+    // Its client counts in the new process now (client_max_connections).
+    lv_.stats->clients.release(&peer_.sa);
+    client_counted_ = false;
+  }
   count_bytes(false);  // this process's figures, up to now
+  uncount();
   host_.unlink(*this);
   host_.retire(*this);
 }
 
-void Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
-                    int client_fd, int server_fd, int pending_fd, const upgrade::SessionRecord& r) {
+void Session::stay(bool declined) {
+  if (state_ != State::moving) return;
+  unmovable_ = declined;
+  set_state(State::proxying);
+  for (Leg* leg : {&client_, &server_}) {
+    if (reactor().add(leg->fd, Reactor::kStream, leg) < 0) {
+      finish(Cause::local_resource);  // the kernel's epoll limits: ours
+      return;
+    }
+    leg->registered = true;
+    // Whatever arrived meanwhile waits in the kernel; a write that meets a
+    // full buffer clears the flag again.
+    leg->readable = true;
+    leg->writable = true;
+  }
+  if (moving_end_ != Cause::none) {
+    finish(moving_end_);
+    return;
+  }
+  c2s_.start();
+  if (closing()) return;
+  s2c_.start();
+  if (closing()) return;
+  arm_timer();
+}
+
+Session* Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
+                        int client_fd, int server_fd, int pending_fd, const upgrade::SessionRecord& r) {
   // The bytes the old process had read and not written: first out here.
   std::string pending;
-  bool pending_ok = pending_fd < 0;
   if (pending_fd >= 0) {
     pending.resize(r.pending_in + r.pending_out);
     std::size_t at = 0;
@@ -1089,12 +1159,24 @@ void Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot,
       if (n <= 0) break;
       at += static_cast<std::size_t>(n);
     }
-    pending_ok = at == pending.size();
-    ::close(pending_fd);
+    // Bytes of the stream would be lost: carrying on would corrupt it.
+    if (at != pending.size()) return nullptr;
   }
   auto* s = new Session(host, std::move(snapshot), lv);
+  auto give_back = [s] {
+    for (Leg* leg : {&s->client_, &s->server_}) {
+      if (leg->registered) s->reactor().remove(leg->fd);
+      leg->fd = -1;  // still the caller's
+    }
+    delete s;
+    return nullptr;
+  };
   s->client_.fd = client_fd;
   s->server_.fd = server_fd;
+  for (Leg* leg : {&s->client_, &s->server_}) {
+    if (s->reactor().add(leg->fd, Reactor::kStream, leg) < 0) return give_back();
+    leg->registered = true;
+  }
   if (r.peer.size() == sizeof(sockaddr_in) || r.peer.size() == sizeof(sockaddr_in6)) {
     std::memcpy(&s->peer_, r.peer.data(), r.peer.size());
   }
@@ -1143,24 +1225,18 @@ void Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot,
   if (const Duration every = s->snapshot_->config->global.log_interval; every.count() > 0) {
     s->interim_at_ms_ = now + ms(every);
   }
-  s->set_state(State::connecting);  // register_client() and the pumps expect a session past admission
-  if (!pending_ok) {
-    // Bytes of the stream are lost: carrying on would corrupt it.
-    s->finish(Cause::local_resource);
-    return;
-  }
-  if (!s->register_client()) return;
-  if (s->reactor().add(server_fd, Reactor::kStream, &s->server_) < 0) {
-    s->finish(Cause::local_resource);
-    return;
-  }
-  s->server_.registered = true;
+  // Queued now, written first once it runs; until then its events only
+  // mark the sockets ready (state accepted).
   s->c2s_.queue_initial(reinterpret_cast<const std::uint8_t*>(pending.data()), r.pending_in);
   s->s2c_.queue_initial(reinterpret_cast<const std::uint8_t*>(pending.data()) + r.pending_in, r.pending_out);
+  return s;
+}
+
+void Session::run_adopted() {
   // Whatever arrived meanwhile waits in the kernel: read at once.
-  s->client_.readable = true;
-  s->server_.readable = true;
-  s->start_proxying();
+  client_.readable = true;
+  server_.readable = true;
+  start_proxying();
 }
 
 }  // namespace sluice

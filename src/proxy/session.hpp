@@ -1,6 +1,8 @@
 // One client connection, from accept to the last close callback.
 //
 //   accepted -> prereading (preread listeners) -> connecting -> proxying -> closing
+//                                        (binary upgrade) proxying -> moving -> closing
+//                                                                       \--> proxying (not taken)
 //
 // Every state change goes through set_state(); every ending through finish(),
 // which records the one termination cause, closes both sockets, writes the
@@ -43,6 +45,7 @@ class Session {
     proxying,    // both pumps running
     refusing,    // refused before any server answered: telling the client why in its protocol
                  // (the listener's `protocol`), within preread_timeout, then closing
+    moving,      // handed to an upgrade's new process, its word not heard yet: neither socket touched
     closing,     // finish() called: sockets closed, the host deletes it after this round
   };
 
@@ -54,7 +57,7 @@ class Session {
   static void dispose(Session* s) { delete s; }
 
   // Ends the session now (graceful-stop deadline, server down, ...); no-op
-  // when already closing.
+  // when already closing. A moving session ends so only if it stays here.
   void terminate(Cause cause) { finish(cause); }
   // Ends the session with `cause` at loop time `at_ms` (a spread-out drain).
   void close_at(std::uint64_t at_ms, Cause cause);
@@ -75,24 +78,42 @@ class Session {
 
   // ---- binary upgrade ----
   // A moment when the session may move to a new process: proxying, no
-  // splice pipe holding bytes, no FIN seen, no end scheduled. Bytes read
-  // and not yet written (copy mode) go along with it, so a stream whose
-  // reader is slower than its writer need not wait for a queue to empty.
+  // splice pipe holding bytes, no FIN seen, no end scheduled, not refused
+  // by a new process before. Bytes read and not yet written (copy mode) go
+  // along with it, so a stream whose reader is slower than its writer need
+  // not wait for a queue to empty.
   bool movable() const;
-  // Its record and sockets for the new process (the sockets stay ours),
-  // and the bytes waiting in its queues in a memory file (a third
-  // descriptor, the caller's to close). False when that file cannot be
-  // had now (out of descriptors or memory): the move waits for a later turn.
-  bool hand_over_message(upgrade::Message& out) const;
-  // Once the message has gone: leaves without a FIN, a reset or an access
+  // Its record (with its id: this worker's `worker` and `seq`) and sockets
+  // for the new process (the sockets stay ours), and the bytes waiting in
+  // its queues in a memory file (a third descriptor, the caller's to
+  // close). False when that file cannot be had now (out of descriptors or
+  // memory): the move waits for a later turn.
+  bool hand_over_message(upgrade::Message& out, std::uint64_t worker, std::uint64_t seq) const;
+  // The message has gone: until the new process answers, the session
+  // touches neither socket (out of the Reactor, pumps and timers stopped);
+  // its queued bytes and its counts stay here, in case it stays.
+  void begin_move();
+  // The new process has it: leaves without a FIN, a reset or an access
   // record (the new process carries on and writes the record at the end).
   void moved();
-  // A session the old process handed over, proxying at once. The sockets
-  // are the session's from here on.
-  // `pending_fd` (or -1) holds r.pending_in then r.pending_out bytes; it is
-  // read and closed here.
-  static void adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
-                    int client_fd, int server_fd, int pending_fd, const upgrade::SessionRecord& r);
+  // The new process did not take it (it declined, died, or is stopping):
+  // carries on here from where it was. One it `declined` is not offered
+  // to it again. An end asked for while it was moving (terminate) happens
+  // now.
+  void stay(bool declined);
+  // A later upgrade may offer it again, whatever the last one said.
+  void may_move_again() { unmovable_ = false; }
+  // A session the old process handed over: counted and registered here,
+  // its pending bytes (r.pending_in then r.pending_out in `pending_fd`, or
+  // -1) queued first, but neither socket touched yet, so that the old
+  // process may still carry on with it until it hears that this one has
+  // it. Null when it cannot be taken here (the Reactor refuses a socket,
+  // the pending bytes cannot be read): nothing is counted, and every
+  // descriptor is still the caller's. The caller closes `pending_fd`.
+  static Session* adopt(SessionHost& host, std::shared_ptr<const Snapshot> snapshot, const ListenerView& lv,
+                        int client_fd, int server_fd, int pending_fd, const upgrade::SessionRecord& r);
+  // Then: proxying, the pending bytes first.
+  void run_adopted();
 
   // A Leg's events (see Leg::on_io).
   void on_leg_io(Leg& leg, std::uint32_t events);
@@ -157,6 +178,7 @@ class Session {
   void route_and_connect(Upstream* up);
   void start_proxying();
   void finish(Cause cause);
+  void uncount();
   void arm_timer();
   void on_timer();
   std::uint64_t server_keepalive_at() const;  // loop time to set the server leg's keepalive
@@ -204,6 +226,8 @@ class Session {
   bool splice_wanted_ = false;     // switch to splice(2) once both sockets are quiet
   bool spliced_ = false;           // the splicer has the sockets
   bool server_keepalive_ = false;  // the server leg's TCP keepalive is set (see arm_timer)
+  bool unmovable_ = false;         // a binary upgrade's new process declined it: not offered again
+  Cause moving_end_ = Cause::none;  // an end asked for while moving; happens if it stays
 
   Pump c2s_;
   Pump s2c_;

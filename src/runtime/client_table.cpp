@@ -158,6 +158,42 @@ bool ClientTable::restore_bucket(const SavedBucket& b, double per_second, std::u
   return true;
 }
 
+bool ClientTable::add_open(const std::array<std::uint8_t, 16>& addr, std::int64_t delta) {
+  if (delta == 0) return true;
+  Key k;
+  k.addr = addr;
+  Shard& sh = shard_of(k);
+  std::lock_guard lock(sh.mu);
+  Node* node = nullptr;
+  if (delta > 0) {
+    node = find_or_add(sh, k, 1.0, 0);
+  } else if (auto it = sh.clients.find(k); it != sh.clients.end()) {
+    node = &*it;
+  }
+  if (node == nullptr) return false;
+  Entry& e = node->second;
+  const std::uint32_t was = e.open;
+  if (delta > 0) {
+    e.open += static_cast<std::uint32_t>(delta);
+  } else {
+    e.open -= std::min(e.open, static_cast<std::uint32_t>(-delta));
+  }
+  if (was == 0 && e.open > 0) sh.idle.remove(*node);
+  if (was > 0 && e.open == 0) sh.idle.push_newest(*node);
+  return true;
+}
+
+std::vector<std::pair<std::array<std::uint8_t, 16>, std::uint32_t>> ClientTable::open_counts() const {
+  std::vector<std::pair<std::array<std::uint8_t, 16>, std::uint32_t>> out;
+  for (const Shard& sh : shards_) {
+    std::lock_guard lock(sh.mu);
+    for (const auto& [key, e] : sh.clients) {
+      if (e.open > 0) out.emplace_back(key.addr, e.open);
+    }
+  }
+  return out;
+}
+
 std::size_t ClientTable::size() const {
   std::size_t n = 0;
   for (const Shard& sh : shards_) {

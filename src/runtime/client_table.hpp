@@ -15,8 +15,10 @@
 //
 // A binary upgrade moves the token buckets to the new process
 // (save_buckets / restore_bucket): only those not full, since a full bucket
-// is what an unknown address gets anyway. Open counts do not move: each
-// session handed over counts itself in the new process. A bucket restored
+// is what an unknown address gets anyway. Open counts are reported while
+// both processes hold sessions (open_counts / add_open): each process
+// counts the other's with its own, and each session handed over counts
+// itself in the new process. A bucket restored
 // into a full shard takes the place of the least recently seen idle address,
 // as a new address does on admit; when every slot holds an open connection
 // it is skipped (that client then starts with a full bucket).
@@ -72,6 +74,15 @@ class ClientTable {
   // open count is left as it is. False when the shard is full of open
   // connections (see above).
   bool restore_bucket(const SavedBucket& b, double per_second, std::uint64_t now_ms);
+
+  // A binary upgrade: the other process's open sessions, counted here
+  // like this one's own so that client_max_connections holds for both.
+  // `delta` more (or fewer) open connections for `addr` (IPv6, or
+  // IPv4-mapped IPv6), never refused. False when the address is new and
+  // its shard is full of open connections: it then goes uncounted.
+  bool add_open(const std::array<std::uint8_t, 16>& addr, std::int64_t delta);
+  // Every address with an open connection, and how many.
+  std::vector<std::pair<std::array<std::uint8_t, 16>, std::uint32_t>> open_counts() const;
 
   std::size_t size() const;
   std::uint64_t refused_full() const { return refused_full_.load(std::memory_order_relaxed); }

@@ -4,8 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 
@@ -35,13 +38,40 @@ bool wait_for(int fd, short events, int timeout_ms) {
   }
 }
 
+std::atomic<std::uint64_t> g_exit_after{0};
+std::atomic<std::uint64_t> g_adopted{0};
+
 }  // namespace
+
+void exit_after_adopting(std::uint64_t n) { g_exit_after.store(n, std::memory_order_relaxed); }
+
+void before_adopted_answer() {
+  const std::uint64_t limit = g_exit_after.load(std::memory_order_relaxed);
+  if (limit == 0) return;
+  if (g_adopted.fetch_add(1, std::memory_order_relaxed) >= limit) {
+    std::fprintf(stderr, "sluice: test fault: exiting before acknowledging session %llu of the hand-over\n",
+                 static_cast<unsigned long long>(limit + 1));
+    std::_Exit(70);
+  }
+}
 
 void Message::close_fds() {
   for (int f : fds) {
     if (f >= 0) ::close(f);
   }
   fds.clear();
+}
+
+Channel::~Channel() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void tell_failure(int fd, std::string_view level, std::string_view message) {
+  if (fd < 0) return;
+  Message m;
+  m.kind = Kind::failed;
+  m.fields = {std::string(level), std::string(message.substr(0, 16 * 1024))};
+  send(fd, m, 1000);
 }
 
 std::string field(std::uint64_t v) { return std::to_string(v); }

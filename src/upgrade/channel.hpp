@@ -21,8 +21,12 @@ namespace sluice::upgrade {
 // Raised whenever a message's layout or meaning changes. 2: a server
 // message carries passive health too. 3: a session message carries the
 // bytes it had read and not yet written. 4: client messages carry the
-// client_rate_limit buckets.
-inline constexpr std::uint16_t kFormatVersion = 4;
+// client_rate_limit buckets. 5: the two processes' live counts travel
+// ("counts"), a session carries its id and is closed by the old process
+// only once the new one has acknowledged it ("adopted"), the new process
+// starts accepting once the old one has stopped ("released"), and a new
+// process that cannot start says why ("failed").
+inline constexpr std::uint16_t kFormatVersion = 5;
 
 // The environment variable that names the new process's end of the channel.
 inline constexpr const char* kFdEnv = "SLUICE_UPGRADE_FD";
@@ -33,10 +37,17 @@ enum class Kind : std::uint16_t {
   listener = 3,  // old -> new: one listening address: key, bound address; its sockets
   admin = 4,     // old -> new: the admin API's listening socket
   go = 5,        // old -> new: everything is handed over, start serving
-  ready = 6,     // new -> old: accepting now; stop accepting
+  ready = 6,     // new -> old: serving (not accepting yet); stop accepting
   session = 7,   // old -> new: one live session: its record; client and server sockets
-  server = 8,    // old -> new: runtime state of one server
+  server = 8,    // old -> new: runtime state and history of one server
   client = 9,    // old -> new: a listener's client_rate_limit buckets that are not full
+  counts = 10,   // both ways: the sender's own live counts and totals (see Counts)
+  service = 11,  // old -> new: what the service has done: start time, configuration generation, reloads
+  released = 12, // old -> new: every worker here has stopped accepting: accept now
+  adopted = 13,  // new -> old: a session is counted and registered here, untouched yet: worker, seq
+  declined = 14, // new -> old: a session this process will not carry: worker, seq, why
+  failed = 15,   // new -> old: why this process cannot start: level, message
+  stopping = 16, // new -> old: this process was told to stop while sessions were on their way
 };
 
 struct Message {
@@ -59,6 +70,33 @@ enum class RecvStatus { ok, again, closed, error };
 RecvStatus receive(int fd, Message& m, std::string& error);
 // As receive(), waiting up to `timeout_ms` for a message.
 RecvStatus receive_wait(int fd, Message& m, std::string& error, int timeout_ms);
+
+// One end of the channel, closed with the last reference: the control loop
+// reads it while worker threads send on it, so none may close it under the
+// others.
+class Channel {
+ public:
+  explicit Channel(int fd) : fd_(fd) {}
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// The new process's word that it cannot start (a configuration error, a
+// socket it cannot open), sent before it exits so that the old process can
+// log it. Best effort: errors are ignored.
+void tell_failure(int fd, std::string_view level, std::string_view message);
+
+// A fault for the upgrade tests, set only by the test build sluice-next
+// (SLUICE_TEST_EXIT_AFTER_ADOPTING): the process dies, as a crash would,
+// instead of acknowledging its (n + 1)th adopted session. 0 = never (the
+// production binary never sets it). Called before each "adopted" answer.
+void exit_after_adopting(std::uint64_t n);
+void before_adopted_answer();
 
 // Numbers as fields.
 std::string field(std::uint64_t v);

@@ -3,16 +3,16 @@
 namespace sluice::upgrade {
 
 namespace {
-constexpr std::size_t kFields = 16;
+constexpr std::size_t kFields = 18;
 }  // namespace
 
 Message SessionRecord::to_message(int client_fd, int server_fd, int pending_fd) const {
   Message m;
   m.kind = Kind::session;
-  m.fields = {listener,        upstream,         origin_upstream,  server_identity, peer,
-              destination,     sni,              alpn,             field(bytes_in), field(bytes_out),
-              field(age_ms),   field(connect_ms), field(idle_ms),  field(tries),
-              field(pending_in), field(pending_out)};
+  m.fields = {field(worker),     field(seq),        listener,       upstream,        origin_upstream, server_identity,
+              peer,              destination,       sni,            alpn,            field(bytes_in), field(bytes_out),
+              field(age_ms),     field(connect_ms), field(idle_ms), field(tries),    field(pending_in),
+              field(pending_out)};
   m.fds = {client_fd, server_fd};
   if (pending_fd >= 0) m.fds.push_back(pending_fd);
   return m;
@@ -20,7 +20,9 @@ Message SessionRecord::to_message(int client_fd, int server_fd, int pending_fd) 
 
 bool SessionRecord::from_message(const Message& m, SessionRecord& out) {
   if (m.kind != Kind::session || m.fields.size() != kFields || m.fds.size() < 2) return false;
-  const auto& f = m.fields;
+  const auto& all = m.fields;
+  if (!parse_number(all[0], out.worker) || !parse_number(all[1], out.seq)) return false;
+  const std::string* f = all.data() + 2;
   out.listener = f[0];
   out.upstream = f[1];
   out.origin_upstream = f[2];
@@ -39,6 +41,19 @@ bool SessionRecord::from_message(const Message& m, SessionRecord& out) {
   out.pending_out = number(f[15]);
   // The memory file is there exactly when bytes are pending.
   return m.fds.size() == (out.pending_in + out.pending_out > 0 ? 3u : 2u);
+}
+
+Message session_answer(Kind kind, std::uint64_t worker, std::uint64_t seq, std::string_view why) {
+  Message m;
+  m.kind = kind;
+  m.fields = {field(worker), field(seq)};
+  if (!why.empty()) m.fields.emplace_back(why);
+  return m;
+}
+
+bool read_session_answer(const Message& m, std::uint64_t& worker, std::uint64_t& seq) {
+  if ((m.kind != Kind::adopted && m.kind != Kind::declined) || m.fields.size() < 2) return false;
+  return parse_number(m.fields[0], worker) && parse_number(m.fields[1], seq);
 }
 
 }  // namespace sluice::upgrade

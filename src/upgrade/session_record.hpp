@@ -9,12 +9,17 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "upgrade/channel.hpp"
 
 namespace sluice::upgrade {
 
 struct SessionRecord {
+  // Which session this is, for the new process's answer (adopted or
+  // declined): the old process's worker and that worker's count of moves.
+  std::uint64_t worker = 0;
+  std::uint64_t seq = 0;
   std::string listener;
   std::string upstream;         // the upstream in use (a fallback, maybe)
   std::string origin_upstream;  // the one routed to
@@ -42,5 +47,12 @@ struct SessionRecord {
   // still the caller's to close).
   static bool from_message(const Message& m, SessionRecord& out);
 };
+
+// The new process's answer about one session: `adopted` (counted and
+// registered, not touched yet: the old process may close its copies) or
+// `declined` (it will not carry it: the old process carries on with it).
+Message session_answer(Kind kind, std::uint64_t worker, std::uint64_t seq, std::string_view why = {});
+// False when `m` is not such an answer.
+bool read_session_answer(const Message& m, std::uint64_t& worker, std::uint64_t& seq);
 
 }  // namespace sluice::upgrade

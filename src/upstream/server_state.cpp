@@ -410,3 +410,44 @@ std::uint64_t ServerState::down_count() const {
 }
 
 }  // namespace sluice
+
+namespace sluice {
+
+ServerState::History ServerState::history(TimePoint now) const {
+  History h;
+  std::lock_guard lock(mu_);
+  track_down_locked(now);
+  h.down_count = down_count_;
+  h.down = down_;
+  h.down_for = down_ ? std::chrono::duration_cast<Duration>(now - down_since_) : Duration{0};
+  h.downtime = downtime_ + h.down_for;
+  h.active_since_ms = active_since_ms_;
+  h.admin_since_ms = admin_since_ms_;
+  h.passive_since_ms = passive_since_ms_;
+  h.active_reason = active_reason_;
+  h.passive_reason = passive_reason_;
+  h.last_check = last_check_;
+  return h;
+}
+
+void ServerState::restore_history(const History& h, TimePoint now) {
+  std::lock_guard lock(mu_);
+  track_down_locked(now);
+  if (down_ && h.down) {
+    // The same down period, begun in the old process.
+    down_since_ = now - h.down_for;
+    downtime_ = h.downtime - h.down_for;
+    down_count_ = h.down_count;
+  } else {
+    downtime_ = h.downtime;
+    down_count_ = h.down_count + (down_ ? 1 : 0);
+  }
+  if (h.active_since_ms != 0) active_since_ms_ = h.active_since_ms;
+  if (h.admin_since_ms != 0) admin_since_ms_ = h.admin_since_ms;
+  if (h.passive_since_ms != 0) passive_since_ms_ = h.passive_since_ms;
+  if (!h.active_reason.empty()) active_reason_ = h.active_reason;
+  if (!h.passive_reason.empty()) passive_reason_ = h.passive_reason;
+  if (h.last_check.result != CheckResult::none) last_check_ = h.last_check;
+}
+
+}  // namespace sluice

@@ -232,6 +232,28 @@ class ServerState {
   Duration downtime(TimePoint now) const;
   std::uint64_t down_count() const;
 
+  // What an operator reads about the server's past, as a binary upgrade
+  // carries it to the new process (whose checks and passive health start
+  // from the old one's state, see restore_passive): how often and how long
+  // it was down, since when its active and admin states hold, the last
+  // check.
+  struct History {
+    std::uint64_t down_count = 0;
+    Duration downtime{0};   // every down period, the current one up to now
+    bool down = false;      // down now
+    Duration down_for{0};   // the current down period so far
+    std::int64_t active_since_ms = 0;  // wall clock; 0 = since start
+    std::int64_t admin_since_ms = 0;
+    std::int64_t passive_since_ms = 0;
+    std::string active_reason;
+    std::string passive_reason;
+    LastCheck last_check;
+  };
+  History history(TimePoint now) const;
+  // After the state itself is restored: a down period the old process saw
+  // goes on here if the server is still down.
+  void restore_history(const History& h, TimePoint now);
+
  private:
   mutable std::mutex mu_;
   PassiveHealth health_;

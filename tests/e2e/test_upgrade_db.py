@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 
 import pytest
 
@@ -44,6 +45,12 @@ class Psql:
         self.proc.stdin.write(f"select '{tag}:' || ({sql})::text;\n".encode())
         self.proc.stdin.flush()
         return self.log.wait_for(rf"^{tag}:(.*)$", timeout=30).group(1)
+
+    def scalar_after(self, statement: str, sql: str) -> str:
+        """Runs `statement`, then answers `sql` as scalar() does: the answer
+        comes only once the statement has succeeded."""
+        self.proc.stdin.write(f"{statement};\n".encode())
+        return self.scalar(sql)
 
     def close(self) -> int:
         if self.proc.poll() is None:
@@ -89,4 +96,69 @@ def test_psql_session_survives_an_upgrade(tmp_path, pg_server):
         if psql is not None:
             psql.proc.kill()
             psql.proc.wait(timeout=5)
+        inst.stop()
+
+
+def test_writes_through_upgrades_are_all_kept(tmp_path, pg_server):
+    """Four psql sessions insert one row at a time while sluice is upgraded
+    twice (a build with another version string, then back): every insert
+    PostgreSQL acknowledged is in the table, no session is cut, and each
+    stays on its own server backend throughout."""
+    inst = Instance(tmp_path, pg_server.address)
+    sessions: list[Psql] = []
+    try:
+        host, port = inst.addr()
+        setup = Psql(host, port)
+        setup.proc.stdin.write(b"create table if not exists upgrade_writes (writer int, n int);\n"
+                               b"truncate upgrade_writes;\n")
+        setup.proc.stdin.flush()
+        assert setup.scalar("select count(*) from upgrade_writes") == "0"
+        assert setup.close() == 0
+        sessions = [Psql(host, port) for _ in range(4)]
+        backends = [p.scalar("select pg_backend_pid()") for p in sessions]
+        acknowledged = [0] * len(sessions)
+        errors: list[str] = []
+        stop = threading.Event()
+
+        def write(i: int) -> None:
+            p = sessions[i]
+            try:
+                while not stop.is_set():
+                    n = acknowledged[i] + 1
+                    # The tag comes back only once the insert committed
+                    # (ON_ERROR_STOP ends psql at a failed statement).
+                    assert p.scalar_after(f"insert into upgrade_writes values ({i}, {n})", "'ok'") == "ok"
+                    acknowledged[i] = n
+            except Exception as e:  # noqa: BLE001 -- reported below
+                errors.append(f"writer {i}: {e!r}")
+
+        writers = [threading.Thread(target=write, args=(i,), daemon=True) for i in range(len(sessions))]
+        for t in writers:
+            t.start()
+        for binary in (harness.sluice_next_bin(), harness.sluice_bin()):
+            wait_until(lambda: min(acknowledged) >= 20 or errors, timeout=60, what="writes going on")
+            at_upgrade = list(acknowledged)
+            old = inst.serving_pid()
+            install(inst.bin, binary)
+            inst.upgrade()
+            inst.settle(old)
+            wait_until(lambda: all(a >= b + 20 for a, b in zip(acknowledged, at_upgrade)) or errors, timeout=60,
+                       what="writes going on after the upgrade")
+        stop.set()
+        for t in writers:
+            t.join(60)
+        assert not errors, errors
+        for i, p in enumerate(sessions):
+            assert p.scalar("select pg_backend_pid()") == backends[i], f"session {i} moved to another backend"
+            assert p.scalar(f"select count(*) from upgrade_writes where writer = {i}") == str(acknowledged[i])
+            assert p.scalar(f"select count(distinct n) from upgrade_writes where writer = {i}") == str(acknowledged[i])
+        for p in sessions:
+            assert p.close() == 0, p.log.text()
+        sessions = []
+        wait_until(lambda: len(inst.records()) == 5, timeout=15, what="one access record per session")
+        assert all(r["cause"] in ("client_closed", "server_closed") for r in inst.records()), inst.records()
+    finally:
+        for p in sessions:
+            p.proc.kill()
+            p.proc.wait(timeout=5)
         inst.stop()

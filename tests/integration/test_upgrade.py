@@ -60,7 +60,8 @@ class Instance:
     an admin API; follows the serving process across upgrades."""
 
     def __init__(self, tmp_path: Path, backend_addr: str, workers: int = 1,
-                 extra_listeners: str = "", upgrade_timeout: str = "5s", log_level: str = "info", route: str = 'upstream = "up"'):
+                 extra_listeners: str = "", upgrade_timeout: str = "5s", log_level: str = "info", route: str = 'upstream = "up"',
+                 extra_global: str = "", server_extra: str = "", extra_upstream: str = "", env: dict | None = None):
         self.dir = tmp_path
         self.bin = tmp_path / "bin" / "sluice"
         self.bin.parent.mkdir()
@@ -76,6 +77,7 @@ pid_file = "{self.pid_file}"
 upgrade_timeout = "{upgrade_timeout}"
 shutdown_timeout = "2s"
 log_level = "{log_level}"
+{extra_global}
 
 [admin]
 listen = "127.0.0.1:0"
@@ -86,11 +88,13 @@ listen = "127.0.0.1:0"
 {route}
 {extra_listeners}
 [upstream.up]
-servers = [{{ address = "{backend_addr}" }}]
+{extra_upstream}
+servers = [{{ address = "{backend_addr}"{server_extra} }}]
 """
         self.config.write_text(self.text)
         self.proc = subprocess.Popen([str(self.bin), "-c", str(self.config)], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                     env=dict(os.environ, **(env or {})))
         self.log = harness.LineLog(self.proc.stdout)
         self.addrs = {}
         m = self.log.wait_for(LISTENING_RX, timeout=harness.START_TIMEOUT)
@@ -136,6 +140,18 @@ servers = [{{ address = "{backend_addr}" }}]
         pid = self.serving_pid()
         self.pids.append(pid)
         return pid
+
+    def state(self) -> dict:
+        """/status's "upgrade" of the process that answers (the serving one)."""
+        status, body = self.admin_request("GET", "/status")
+        assert status == 200, body
+        return body["upgrade"]
+
+    def settle(self, old: int):
+        """Waits until the old process `old` has exited and the serving one
+        says so: the next upgrade may begin."""
+        wait_until(lambda: not pid_alive(old), timeout=30, what=f"old process {old} exits")
+        wait_until(lambda: self.state()["state"] == "took_over", timeout=15, what="the hand-over is over")
 
     def stop(self):
         for pid in self.pids:
@@ -346,7 +362,9 @@ def test_other_handover_format_is_refused(instance):
 
 @pytest.mark.parametrize("splice", ["off", "pipe"])
 def test_bulk_transfer_moves_whole(instance, splice):
-    inst = instance(extra_listeners=f'splice = "{splice}"\n')
+    # The stream moves at a quiet moment; a busy machine may take a while
+    # to give it one, and the old process must not close it meanwhile.
+    inst = instance(extra_listeners=f'splice = "{splice}"\n', extra_global='upgrade_finish_timeout = "300s"')
     old = inst.serving_pid()
     # 1 GiB, the size the hand-over is promised for: a saturated stream
     # moves only at a quiet moment, and a longer one has fewer of them
@@ -715,7 +733,7 @@ def test_client_rate_limit_buckets_carry_over(instance):
     assert time.monotonic() - used >= 29, "served again before its bucket could refill"
 
 
-HANDOVER_FORMAT = 4  # src/upgrade/channel.hpp, kFormatVersion
+HANDOVER_FORMAT = 5  # src/upgrade/channel.hpp, kFormatVersion
 
 
 def handover_message(kind: int, fields: list[bytes], version: int = HANDOVER_FORMAT) -> bytes:

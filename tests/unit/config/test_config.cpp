@@ -21,7 +21,8 @@ namespace {
 
 const std::string kGlobalKeys =
     "allowed: workers, max_connections, shutdown_timeout, log_level, error_log, access_log, access_log_format, "
-    "log_interval, drain_timeout, shutdown_delay, pid_file, upgrade_timeout, close_spread, watch_config";
+    "log_interval, drain_timeout, shutdown_delay, pid_file, upgrade_timeout, upgrade_finish_timeout, close_spread, "
+    "watch_config";
 const std::string kListenerKeys =
     "allowed: name, listen, upstream, connect_timeout, idle_timeout, tries, next_upstream_timeout, fin_timeout, "
     "max_lifetime, backlog, preread, preread_timeout, preread_max_bytes, routes, default_upstream, on_not_tls, "
@@ -74,6 +75,10 @@ TEST_CASE("[global]") {
       {"[global]\nshutdown_timeout = \"169h\"\n" + kTail,
        "x.toml:2:20: [global]: shutdown_timeout must be at most 7 days (\"168h\"), got \"169h\""},
       {"[global]\nshutdown_delay = \"5\"\n" + kTail, "x.toml:2:18: [global]: shutdown_delay " + kLike + "\"5\""},
+      {"[global]\nupgrade_finish_timeout = \"0s\"\n" + kTail,
+       "x.toml:2:26: [global]: upgrade_finish_timeout must be greater than 0, got \"0s\""},
+      {"[global]\nupgrade_finish_timeout = 10\n" + kTail,
+       "x.toml:2:26: [global]: upgrade_finish_timeout must be a duration string like \"3s\", got integer 10"},
       {"[global]\nshutdown_timeout = 30\n" + kTail,
        "x.toml:2:20: [global]: shutdown_timeout must be a duration string like \"3s\", got integer 30"},
       {"[global]\nlog_level = \"verbose\"\n" + kTail,
@@ -346,6 +351,8 @@ TEST_CASE("defaults are applied") {
   CHECK(c.global.max_connections == 100000);
   CHECK(c.global.shutdown_timeout == 30s);
   CHECK(c.global.shutdown_delay == 0s);
+  CHECK(c.global.upgrade_timeout == 30s);
+  CHECK(c.global.upgrade_finish_timeout == 30s);
   CHECK(c.global.log_level == "info");
   CHECK(c.global.access_log == "stderr");
   CHECK(c.global.access_log_format == "text");
@@ -414,6 +421,15 @@ TEST_CASE("a file with no listener is valid") {
   CHECK(c.admin.enabled);
   CHECK(c.upstreams.size() == 1);
   CHECK(sluice::parse_config("listener = []\n" + kUpstreamU, "x.toml").listeners.empty());
+}
+
+TEST_CASE("upgrade_finish_timeout defaults to upgrade_timeout, whichever order they come in") {
+  CHECK(sluice::parse_config("[global]\nupgrade_timeout = \"7s\"\n" + kTail, "x.toml").global.upgrade_finish_timeout ==
+        7s);
+  const Config both =
+      sluice::parse_config("[global]\nupgrade_finish_timeout = \"2m\"\nupgrade_timeout = \"7s\"\n" + kTail, "x.toml");
+  CHECK(both.global.upgrade_timeout == 7s);
+  CHECK(both.global.upgrade_finish_timeout == 2min);
 }
 
 TEST_CASE("every key is read") {

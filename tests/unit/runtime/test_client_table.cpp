@@ -313,3 +313,50 @@ TEST_CASE("restoring into a full table takes an idle address's place as admit do
   CHECK(t.evicted() == 1);
   CHECK(t.admit(sa(newcomer), lim, 0) == Cause::rate_limited);
 }
+
+TEST_CASE("another process's open sessions count against the limit, and leave with it") {
+  ClientTable old_one;
+  ClientTable new_one;
+  const ClientTable::Limits lim{2, 0};
+  const auto a = v4("10.0.0.1");
+  REQUIRE(old_one.admit(sa(a), lim, 0) == Cause::none);
+  REQUIRE(old_one.admit(sa(v4("10.0.0.2")), lim, 0) == Cause::none);
+  const auto counts = old_one.open_counts();
+  REQUIRE(counts.size() == 2);
+  for (const auto& [addr, open] : counts) {
+    CHECK(open == 1);
+    CHECK(new_one.add_open(addr, open));
+  }
+  // One session of 10.0.0.1 is still in the old process: one more here.
+  CHECK(new_one.admit(sa(a), lim, 0) == Cause::none);
+  CHECK(new_one.admit(sa(a), lim, 0) == Cause::client_limit);
+  // The old process's session ends: its count leaves, the slot is free.
+  std::array<std::uint8_t, 16> mapped{};
+  mapped[10] = mapped[11] = 0xff;
+  mapped[12] = 10;
+  mapped[15] = 1;
+  CHECK(new_one.add_open(mapped, -1));
+  CHECK(new_one.admit(sa(a), lim, 0) == Cause::none);
+  CHECK(new_one.admit(sa(a), lim, 0) == Cause::client_limit);
+  // Taking out more than is there never wraps.
+  CHECK(new_one.add_open(mapped, -10));
+  CHECK(new_one.admit(sa(a), lim, 0) == Cause::none);
+}
+
+TEST_CASE("an address counted for another process is not forgotten to make room") {
+  ClientTable t(ClientTable::kShards);  // one address per shard
+  std::array<std::uint8_t, 16> addr{};
+  addr[15] = 1;
+  REQUIRE(t.add_open(addr, 1));
+  const std::size_t before = t.size();
+  // Whatever shard a newcomer lands in, the address with a remote session
+  // is never the one evicted.
+  for (int i = 0; i < 64; ++i) {
+    t.admit(sa(v4(("10.1.0." + std::to_string(i + 1)).c_str())), ClientTable::Limits{0, 100}, 0);
+  }
+  CHECK(t.size() <= ClientTable::kShards);
+  CHECK(t.size() >= before);
+  bool still = false;
+  for (const auto& [a, open] : t.open_counts()) still = still || (a == addr && open == 1);
+  CHECK(still);
+}

@@ -40,6 +40,8 @@ std::string read_all(int fd) {
 
 SessionRecord sample() {
   SessionRecord r;
+  r.worker = 3;
+  r.seq = 1ull << 33;
   r.listener = "pg";
   r.upstream = "replicas";
   r.origin_upstream = "primary";
@@ -70,6 +72,8 @@ TEST_CASE("a session record goes through the channel whole, its sockets with it"
   REQUIRE(receive_wait(p.fd[1], m, err, 1000) == RecvStatus::ok);
   SessionRecord got;
   REQUIRE(SessionRecord::from_message(m, got));
+  CHECK(got.worker == r.worker);
+  CHECK(got.seq == r.seq);
   CHECK(got.listener == r.listener);
   CHECK(got.upstream == r.upstream);
   CHECK(got.origin_upstream == r.origin_upstream);
@@ -114,8 +118,8 @@ TEST_CASE("pending bytes come with a third descriptor, and only with one") {
   short_of_file.fds.pop_back();
   CHECK_FALSE(SessionRecord::from_message(short_of_file, got));
   Message file_without_bytes = r.to_message(client, server, pending);
-  file_without_bytes.fields[14] = "0";
-  file_without_bytes.fields[15] = "0";
+  file_without_bytes.fields[16] = "0";
+  file_without_bytes.fields[17] = "0";
   CHECK_FALSE(SessionRecord::from_message(file_without_bytes, got));
   m.close_fds();
   ::close(client);
@@ -132,6 +136,34 @@ TEST_CASE("a record with fields missing is refused") {
   m = r.to_message(3, 4);
   m.kind = Kind::server;
   CHECK_FALSE(SessionRecord::from_message(m, got));
+}
+
+TEST_CASE("a record whose id is not a number is refused") {
+  Message m = sample().to_message(3, 4);
+  m.fields[1] = "x";
+  SessionRecord got;
+  CHECK_FALSE(SessionRecord::from_message(m, got));
+}
+
+TEST_CASE("the new process's answer names the session it is about") {
+  Pair p;
+  REQUIRE(send(p.fd[0], session_answer(Kind::declined, 2, 99, "no listener \"gone\" here"), 1000).empty());
+  REQUIRE(send(p.fd[0], session_answer(Kind::adopted, 1, 100), 1000).empty());
+  Message m;
+  std::string err;
+  std::uint64_t worker = 0, seq = 0;
+  REQUIRE(receive_wait(p.fd[1], m, err, 1000) == RecvStatus::ok);
+  CHECK(m.kind == Kind::declined);
+  REQUIRE(read_session_answer(m, worker, seq));
+  CHECK((worker == 2 && seq == 99));
+  REQUIRE(m.fields.size() == 3);
+  CHECK(m.fields[2] == "no listener \"gone\" here");
+  REQUIRE(receive_wait(p.fd[1], m, err, 1000) == RecvStatus::ok);
+  CHECK(m.kind == Kind::adopted);
+  REQUIRE(read_session_answer(m, worker, seq));
+  CHECK((worker == 1 && seq == 100));
+  m.kind = Kind::session;
+  CHECK_FALSE(read_session_answer(m, worker, seq));
 }
 
 TEST_CASE("parse_number takes whole decimal numbers only") {
