@@ -20,6 +20,7 @@
 #include <systemd/sd-daemon.h>
 #include <xxhash.h>
 
+#include "control/affinity.hpp"
 #include "log/access_log.hpp"
 #include "net/listener.hpp"
 #include "net/worker.hpp"
@@ -137,6 +138,28 @@ std::uint64_t file_digest(const std::string& path) {
   return d;
 }
 
+// What loading a configuration read beyond its text: the admin token and
+// the addresses its host names resolved to. The same text with the same
+// of these is the same configuration (a reload of it is a no-op).
+std::uint64_t outside_digest(const Config& c) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  const auto add = [st](const Endpoint& e) { XXH3_64bits_update(st, &e.addr, e.addr_len); };
+  XXH3_64bits_update(st, c.admin.token.data(), c.admin.token.size());
+  add(c.admin.listen);
+  for (const ListenerConfig& l : c.listeners) add(l.listen);
+  for (const auto& [name, u] : c.upstreams) {
+    for (const ServerConfig& sc : u.servers) add(sc.address);
+    if (u.sentinel) {
+      for (const Endpoint& e : u.sentinel->addresses) add(e);
+    }
+  }
+  for (const Endpoint& e : c.resolver.nameservers) add(e);
+  const std::uint64_t d = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return d;
+}
+
 }  // namespace
 
 struct Control::Drain {
@@ -176,6 +199,7 @@ bool Control::start() {
   started_at_ms_ = wall_ms();
   service_started_at_ms_ = started_at_ms_;
   config_digest_ = file_digest(config_path_);
+  outside_digest_ = outside_digest(config);
   health_ = std::make_unique<HealthChecker>(
       loop_, [this](std::shared_ptr<ServerState> server, const HealthConfig&, HealthChecker::SessionAction action) {
         // on_down = "close_sessions" or a role change: the server's live
@@ -259,14 +283,27 @@ bool Control::start() {
 }
 
 ReloadResult Control::reload_from_file() {
+  const std::uint64_t before = file_digest(config_path_);
   std::shared_ptr<const Config> config;
   try {
     config = std::make_shared<const Config>(load_config(config_path_));
   } catch (const ConfigError& e) {
     return {false, e.what()};
   }
+  const std::uint64_t outside = outside_digest(*config);
+  // The same bytes (read before and after loading them) and the same token
+  // and addresses: the running configuration is this file already, and
+  // building it again would only cost the workers a rebuild of their tables.
+  if (snapshot_ && before != 0 && before == config_digest_ && outside == outside_digest_ &&
+      file_digest(config_path_) == before) {
+    return {true, "configuration unchanged (same bytes, same token and addresses): nothing to apply, generation " +
+                      std::to_string(generation_) + " stays"};
+  }
   ReloadResult r = apply(std::move(config));
-  if (r.ok) config_digest_ = file_digest(config_path_);
+  if (r.ok) {
+    config_digest_ = file_digest(config_path_);
+    outside_digest_ = outside;
+  }
   return r;
 }
 
@@ -279,6 +316,10 @@ ReloadResult Control::apply(std::shared_ptr<const Config> config) {
   if (snapshot_ && want_workers != nworkers_) {
     result.restart_required.push_back("global.workers");
     waiting.push_back("global.workers (still " + std::to_string(nworkers_) + ")");
+  }
+  if (snapshot_ && config->global.control_cpu != control_cpu_) {
+    result.restart_required.push_back("global.control_cpu");
+    waiting.push_back("global.control_cpu (still " + (control_cpu_ < 0 ? std::string("unset") : std::to_string(control_cpu_)) + ")");
   }
 
   // A new error_log is opened before anything else is: a path that cannot
@@ -680,11 +721,23 @@ ReloadResult Control::put_config(std::string_view toml) {
     record_reload("PUT /config", r);
     return r;
   }
+  // One line that starts with a comment is all comment: what `curl -d
+  // @FILE` makes of a file that starts with one (it drops the line
+  // breaks). Valid TOML, and it would remove every listener.
+  const std::size_t first = toml.find_first_not_of(" \t\r");
+  if (toml.find('\n') == std::string_view::npos && toml[first] == '#') {
+    r = {false, "PUT /config body:1:" + std::to_string(first + 1) +
+                    ": the body is one line that starts with a comment, so it configures nothing"};
+    record_reload("PUT /config", r);
+    return r;
+  }
   std::shared_ptr<const Config> config;
+  std::uint64_t outside = 0;
   try {
     // Errors name the body, where the mistake is, not the file on disk.
     Config parsed = parse_config(toml, "PUT /config body");
     parsed.path = config_path_;
+    outside = outside_digest(parsed);
     config = std::make_shared<const Config>(std::move(parsed));
   } catch (const ConfigError& e) {
     r = {false, e.what()};
@@ -701,7 +754,10 @@ ReloadResult Control::put_config(std::string_view toml) {
       r = {false, "cannot write " + tmp + ": " + err};
     } else {
       r = apply(std::move(config));
-      if (r.ok) config_digest_ = text_digest(toml);
+      if (r.ok) {
+        config_digest_ = text_digest(toml);
+        outside_digest_ = outside;
+      }
       if (r.ok && ::rename(tmp.c_str(), target.c_str()) != 0) {
         r.message += "; but replacing " + target + " failed: " + std::strerror(errno) +
                      " (the running configuration differs from the file)";
@@ -899,6 +955,23 @@ std::string Control::start_admin_http(int inherited) {
   admin_api_->set_allowed_hosts(admin::allowed_hosts(admin_config_, admin_http_->bound_port()));
   spdlog::info("admin API listening on {}", admin_http_->bound());
   return {};
+}
+
+void Control::pin_threads() {
+  control_cpu_ = snapshot_ ? snapshot_->config->global.control_cpu : -1;
+  const AffinityPlan plan = plan_affinity(control_cpu_, allowed_cpus());
+  if (plan.message.empty()) return;
+  if (!plan.apply) {
+    spdlog::warn("{}", plan.message);
+    return;
+  }
+  std::vector<pthread_t> threads;
+  for (auto& w : workers_) threads.push_back(w->native_handle());
+  if (std::string err = apply_affinity(plan, threads); !err.empty()) {
+    spdlog::warn("control_cpu: {}", err);
+    return;
+  }
+  spdlog::info("control_cpu: {}", plan.message);
 }
 
 void Control::notify_systemd(const std::string& state) {

@@ -181,6 +181,8 @@ class Control {
   // The new process: the old one has gone; the hand-over is over.
   void finish_receiving();
   void start_workers();
+  // [global] control_cpu, once the workers run (affinity.hpp).
+  void pin_threads();
   // The new process, at its first apply(): what the old one knew of each
   // server (active-check state, drain/disable, runtime weight, history),
   // before the health checks start from it.
@@ -369,6 +371,8 @@ class Control {
   std::string pid_file_;            // the one this process wrote
   std::int64_t service_started_at_ms_ = 0;  // the first process's start (upgrades carry it over)
   std::uint64_t config_digest_ = 0;  // of the configuration text in force
+  std::uint64_t outside_digest_ = 0;  // of what loading it read beyond its text (outside_digest)
+  int control_cpu_ = -1;  // as applied at start (pin_threads)
 };
 
 }  // namespace sluice

@@ -549,6 +549,7 @@ def test_metrics_agree_with_the_sessions_and_pass_promtool(admin_sluice, backend
                                 f"{res.stderr.decode()}"
 
     # Counters survive a reload, and the reload is counted.
+    s.config_path.write_text(s.config_path.read_text() + "\n# reloaded\n")
     r = request(s, "POST", "/reload")
     assert r.status == 200, r
     _, m2 = metrics(s)
@@ -842,7 +843,9 @@ def test_runtime_state_survives_reload(admin_sluice, backends):
     assert request(s, "POST", server_path("up", a.address, "drain")).status == 200
     assert request(s, "PUT", server_path("up", b.address, "weight"), body="7").status == 200
 
-    r = request(s, "POST", "/reload")  # the file is unchanged
+    # The same file with a comment more: a new generation, the same servers.
+    s.config_path.write_text(s.config_path.read_text() + "\n# reloaded\n")
+    r = request(s, "POST", "/reload")
     assert r.status == 200 and r.json()["generation"] == gen0 + 1, r
     doc = status(s)
     assert server_of(doc, "up", a.address)["state"] == "drained"

@@ -220,3 +220,25 @@ def test_a_sighup_right_after_start_is_never_lost(sluice, backends):
         with s.connect() as c:
             assert c.recv(16).startswith(b"B")
         assert s.stop() == 0
+
+
+def test_a_reload_of_the_same_bytes_is_a_no_op_that_says_so(sluice, backends):
+    # An unchanged file (a deploy tool's blind reload, a ConfigMap resync)
+    # rebuilds nothing; one byte more is a new generation.
+    a = backends(harness.banner_handler, name="A")
+    b = backends(harness.banner_handler, name="B")
+    s = sluice([listener()], {"up": upstream(a)})
+    text = s.config_path.read_text()
+    held = s.connect()
+    assert held.recv(16).startswith(b"A")
+    m = s.reload(text)
+    assert "configuration unchanged (same bytes, same token and addresses): nothing to apply, generation 1 stays" \
+        in m.group(0), m.group(0)
+    m = s.reload(text + "\n# edited\n")
+    assert "configuration unchanged" not in m.group(0) and "generation 2" in m.group(0), m.group(0)
+    m = s.reload(config(s, [listener()], {"up": upstream(b)}))
+    assert "generation 3" in m.group(0), m.group(0)
+    assert harness.banner_of(s) == b"B"
+    m = s.reload(s.config_path.read_text())
+    assert "nothing to apply, generation 3 stays" in m.group(0), m.group(0)
+    held.close()
