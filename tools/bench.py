@@ -48,6 +48,9 @@ VARIANT_SYSTEMS = {"sluice-pipe": ['splice = "pipe"'], "sluice-auto": ['splice =
 VARIANT_SYSTEMS.update({
     "sluice-keepalive": ["tcp_keepalive = true"], "sluice-base-keepalive": ["tcp_keepalive = true"],
     "sluice-w2": ["workers = 2"], "sluice-base-w2": ["workers = 2"]})
+# The listen backlog sluice had before 4096 (nginx's default): beside
+# sluice in one run, the evidence for the default (docs/decisions.md).
+VARIANT_SYSTEMS["sluice-backlog511"] = ["backlog = 511"]
 # nginx with `proxy_half_close on`: a FIN is passed on and the session waits
 # for the other side's, as sluice always does and HAProxy does by default
 # (nginx's default closes both sides on the first FIN). Opt-in, beside nginx.

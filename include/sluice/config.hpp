@@ -78,6 +78,9 @@ struct GlobalConfig {
   // Reload when the configuration file's content changes (inotify on its
   // directory, so a Kubernetes ConfigMap's `..data` swap is seen).
   bool watch_config = false;
+  // The CPU the control thread (admin API, checks, DNS, reloads) runs on;
+  // the workers then run on the others. -1 = no pinning. Read at start.
+  int control_cpu = -1;
 };
 
 // [admin]: the HTTP admin API on the control loop. Absent table = no API.
@@ -277,7 +280,7 @@ struct ListenerConfig {
   // nginx's default, proxy_half_close off).
   bool half_close = true;
   Duration max_lifetime{0};              // 0 = off
-  std::uint32_t backlog = 511;
+  std::uint32_t backlog = 4096;  // the kernel caps it at net.core.somaxconn
   // TCP keepalive on both legs.
   bool tcp_keepalive = true;
   Duration tcp_keepalive_idle = std::chrono::seconds(60);

@@ -1008,6 +1008,7 @@ void Control::start_workers() {
   if (workers_started_) return;
   workers_started_ = true;
   for (auto& w : workers_) w->start();
+  pin_threads();
 }
 
 void Control::on_handed_sessions() {

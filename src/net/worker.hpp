@@ -114,6 +114,8 @@ class Worker final : public SessionHost {
   Worker& operator=(const Worker&) = delete;
 
   void start();  // spawns the thread
+  // The thread, once started (to pin it to CPUs).
+  std::thread::native_handle_type native_handle() { return thread_.native_handle(); }
   void join();
   // Thread-safe; the only way in once the thread runs. Valid until the
   // Worker is destroyed: once the worker's loop has ended after a stop, a

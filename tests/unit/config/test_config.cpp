@@ -22,7 +22,7 @@ namespace {
 const std::string kGlobalKeys =
     "allowed: workers, max_connections, shutdown_timeout, log_level, error_log, access_log, access_log_format, "
     "log_interval, drain_timeout, shutdown_delay, pid_file, upgrade_timeout, upgrade_finish_timeout, close_spread, "
-    "watch_config";
+    "watch_config, control_cpu";
 const std::string kListenerKeys =
     "allowed: name, listen, upstream, connect_timeout, idle_timeout, tries, next_upstream_timeout, fin_timeout, "
     "max_lifetime, backlog, preread, preread_timeout, preread_max_bytes, routes, default_upstream, on_not_tls, "
@@ -368,7 +368,7 @@ TEST_CASE("defaults are applied") {
   CHECK(l.next_upstream_timeout == 0ms);
   CHECK(l.fin_timeout == 30s);
   CHECK(l.max_lifetime == 0ms);
-  CHECK(l.backlog == 511);
+  CHECK(l.backlog == 4096);
   CHECK(l.preread == sluice::Preread::none);
   CHECK(l.preread_timeout == 5s);
   CHECK(l.preread_max_bytes == 16384);
