@@ -386,7 +386,7 @@ def ratio_to_best(sy, key):
     return f"{sy['sluice'][key] / min(peers):.2f}"
 
 
-COLORS = {"sluice": "tab:blue", "sluice-base": "tab:purple", "haproxy": "tab:orange", "nginx": "tab:green", "direct": "tab:gray"}
+COLORS = {"sluice-backlog511": "tab:cyan", "sluice": "tab:blue", "sluice-base": "tab:purple", "haproxy": "tab:orange", "nginx": "tab:green", "direct": "tab:gray"}
 
 
 def draw_latency(result, path, title):
@@ -919,7 +919,9 @@ def main(b, args, binaries):
         # scrapes. Left unpinned, the scheduler may run it on the proxies'
         # CPU, and its CPU would be counted as the change's cost to the proxy.
         os.sched_setaffinity(0, {ctx.gen_cpu})
-    ctx.systems = [s for s in args.systems if s in SYSTEMS]
+    # sluice's listener variants (bench.VARIANT_SYSTEMS) run as systems of
+    # their own, beside sluice: a setting's before and after in one run.
+    ctx.systems = [s for s in args.systems if s in SYSTEMS or s in b.VARIANT_SYSTEMS]
     if "direct" not in ctx.systems and args.latency:
         ctx.systems.append("direct")
     ctx.binaries = binaries
