@@ -25,8 +25,10 @@ void Leg::close(bool reset) {
     ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
   }
   // close(2) also takes it out of the Reactor's set, unless a fork's child
-  // holds a copy of it (fork_guard.hpp): then it goes out first.
-  if (fork_guard::begin_close() && registered) session->reactor().remove(fd);
+  // (fork_guard.hpp) or another process (`shared`) holds a copy of it:
+  // then it goes out first.
+  const bool forking = fork_guard::begin_close();
+  if ((forking || shared) && registered) session->reactor().remove(fd);
   ::close(fd);
   fork_guard::end_close();
   fd = -1;

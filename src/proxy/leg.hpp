@@ -20,6 +20,10 @@ struct Leg final : IoWatcher {
   Session* session = nullptr;
   int fd = -1;             // -1 once closed
   bool registered = false; // in the Reactor's set
+  // Another process may hold the same socket (adopted in a binary upgrade,
+  // until the old process lets its copy go): close(2) would then leave it
+  // in the Reactor's set, so close() takes it out first.
+  bool shared = false;
   bool readable = false;
   bool writable = true;
   bool rdhup = false;      // the peer's FIN was reported: a short read is not the end, read on to EOF

@@ -1176,6 +1176,9 @@ Session* Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snaps
   for (Leg* leg : {&s->client_, &s->server_}) {
     if (s->reactor().add(leg->fd, Reactor::kStream, leg) < 0) return give_back();
     leg->registered = true;
+    // The old process holds these sockets until it hears that they
+    // arrived; a close here before then must not leave them in the set.
+    leg->shared = true;
   }
   if (r.peer.size() == sizeof(sockaddr_in) || r.peer.size() == sizeof(sockaddr_in6)) {
     std::memcpy(&s->peer_, r.peer.data(), r.peer.size());
