@@ -382,7 +382,7 @@ void HttpServer::finished(Connection* c) {
   maybe_done();
 }
 
-void HttpServer::close(std::function<void()> done) {
+void HttpServer::close(std::function<void()> done, bool finish_requests) {
   done_ = std::move(done);
   closing_ = true;
   if (listening_) {
@@ -394,7 +394,9 @@ void HttpServer::close(std::function<void()> done) {
   } else {
     listener_closed_ = true;
   }
-  for (auto& c : connections_) c->close();
+  if (!finish_requests) {
+    for (auto& c : connections_) c->close();
+  }
   maybe_done();
 }
 

@@ -74,8 +74,11 @@ class HttpServer {
   const std::string& bound() const { return bound_; }
   std::uint16_t bound_port() const { return bound_port_; }
   // Stops listening and closes every connection; `done` runs once every
-  // handle is closed (the loop may then end).
-  void close(std::function<void()> done);
+  // handle is closed (the loop may then end). With `finish_requests`, the
+  // connections already accepted are answered first (each within its own
+  // deadlines): a listening socket shared with another process (a binary
+  // upgrade) may have handed this one a request the other never sees.
+  void close(std::function<void()> done, bool finish_requests = false);
 
   struct Connection;
 

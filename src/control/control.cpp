@@ -180,7 +180,10 @@ Control::Control(std::string config_path, std::shared_ptr<const Config> config)
 Control::~Control() = default;
 
 int Control::run() {
-  if (!start()) return 1;
+  if (!start()) {
+    remove_pid_file();  // a new process that named itself before its takeover failed
+    return 1;
+  }
   uv_run(loop_, UV_RUN_DEFAULT);
   for (auto& w : workers_) w->join();
   workers_.clear();

@@ -208,6 +208,9 @@ class Control {
   void fold_in(const std::vector<upgrade::Figure>& figures);
   // Both: the other process has gone: its gauges leave this one's counts.
   void drop_remote();
+  // After a failed upgrade: names this process again in pid_file (the new
+  // one may have named itself before it failed).
+  void reclaim_pid_file();
   void remove_pid_file();
 
   bool start();

@@ -276,6 +276,8 @@ admin::Outcome Control::upgrade(std::string_view origin) {
   o.exit_cb = [](uv_process_t* p, int64_t status, int signal) {
     auto* up = static_cast<Upgrade*>(p->data);
     up->exited = true;
+    // It may have named itself in pid_file before the upgrade failed.
+    if (up->done) up->control->reclaim_pid_file();
     up->end_fork_guard();
     up->close_process();
     // What it said before it went ("failed": why) is still in the channel.
@@ -336,6 +338,7 @@ void Control::upgrade_failed(Upgrade& u, const std::string& why) {
   u.done = true;
   spdlog::error("upgrade failed, this process serves on: {}", why);
   upgrade_state_.transition(UpgradeState::failed, why);
+  reclaim_pid_file();
   // Killed, not asked: it may hold copies of the listening sockets, and
   // must not accept from them once this process has decided to go on.
   if (!u.exited && u.process_open) uv_process_kill(&u.process, SIGKILL);
@@ -535,7 +538,9 @@ void Control::on_taken_over(Upgrade& u) {
   // for the same reason.
   if (admin_http_) {
     if (admin_http_->listening_fd() >= 0) admin_dup_ = ::fcntl(admin_http_->listening_fd(), F_DUPFD_CLOEXEC, 3);
-    admin_http_->close([] {});
+    // A request this process accepted from the shared socket is answered
+    // here, not reset (the new process never sees it).
+    admin_http_->close([] {}, true);
     retired_admin_.push_back(std::move(admin_http_));
   }
   for (auto& w : workers_) {
@@ -633,6 +638,7 @@ void Control::take_back(Upgrade& u, const std::string& why, bool serve) {
     spdlog::info("upgrade: {}", message);
   }
   upgrade_state_.transition(UpgradeState::failed, message);
+  reclaim_pid_file();
   if (serve) {
     serve_again();
     return;
@@ -1259,6 +1265,12 @@ void Control::write_pid_file() {
     return;
   }
   pid_file_ = path;
+}
+
+void Control::reclaim_pid_file() {
+  // Only a process that wrote it, and only while no other serves.
+  if (pid_file_.empty() || upgrade_state_.state() != UpgradeState::failed) return;
+  write_pid_file();
 }
 
 void Control::remove_pid_file() {
