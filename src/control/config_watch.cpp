@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 namespace sluice {
 
@@ -60,11 +61,13 @@ std::vector<std::string> ConfigWatch::directories(const std::string& path) {
   return out;
 }
 
-void ConfigWatch::set_enabled(bool on) {
+std::uint64_t ConfigWatch::digest(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+
+void ConfigWatch::set_enabled(bool on, std::uint64_t loaded) {
   if (closing_ || on == enabled_) return;
   enabled_ = on;
   if (on) {
-    seen_ = read();
+    seen_ = loaded != 0 ? std::optional<std::uint64_t>(loaded) : read();
     rewatch();
     std::string dirs;
     for (const auto& d : dirs_) dirs += (dirs.empty() ? "" : ", ") + d->path;
@@ -76,17 +79,17 @@ void ConfigWatch::set_enabled(bool on) {
   spdlog::info("watch_config: no longer watching {}", path_);
 }
 
-void ConfigWatch::remember() {
-  if (enabled_) seen_ = read();
+void ConfigWatch::remember(std::uint64_t loaded) {
+  if (enabled_ && loaded != 0) seen_ = loaded;
 }
 
-std::optional<std::string> ConfigWatch::read() const {
+std::optional<std::uint64_t> ConfigWatch::read() const {
   std::ifstream in(path_, std::ios::binary);
   if (!in) return std::nullopt;
   std::ostringstream out;
   out << in.rdbuf();
   if (in.bad()) return std::nullopt;
-  return std::move(out).str();
+  return digest(out.view());
 }
 
 // Watches what directories() says now, and nothing else.
@@ -154,7 +157,7 @@ void ConfigWatch::check() {
   if (!enabled_ || closing_) return;
   // The links may point elsewhere now (a ConfigMap's new directory).
   rewatch();
-  std::optional<std::string> now = read();
+  const std::optional<std::uint64_t> now = read();
   if (!now) {
     if (seen_) spdlog::warn("watch_config: cannot read {} ({}); the running configuration stays", path_, std::strerror(errno));
     seen_ = std::nullopt;
@@ -164,7 +167,7 @@ void ConfigWatch::check() {
     spdlog::debug("watch_config: {} changed on disk but its content is the same; not reloaded", path_);
     return;
   }
-  seen_ = std::move(now);
+  seen_ = now;
   changed_();
 }
 

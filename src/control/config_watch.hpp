@@ -13,12 +13,15 @@
 //
 // Events come in bursts (a swap is several): a check runs once the
 // directory has been quiet for kDebounce (at most kDebounceMax after the
-// burst's first event), reads the file and compares its bytes with those
-// last seen. Unchanged content does nothing (logged at debug); changed
-// content calls `changed`. What the control loop read by other ways
-// (SIGHUP, POST /reload, PUT /config) is recorded with remember(), so the
-// watch never reloads a second time what was just loaded, nor retries a
-// bad file whose content has not changed since it failed.
+// burst's first event), reads the file and compares its digest with that of
+// the content last seen. Unchanged content does nothing (logged at debug);
+// changed content calls `changed`. What the control loop loaded by any way
+// (the watch itself, SIGHUP, POST /reload, PUT /config) is recorded with
+// remember() as the digest of the bytes that load read, never by reading
+// the file again afterwards: an edit that lands between a load and its
+// record would otherwise count as seen and never be loaded. So the watch
+// never reloads a second time what was just loaded, nor retries a bad file
+// whose content has not changed since it failed.
 #pragma once
 
 #include <chrono>
@@ -27,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <uv.h>
@@ -44,12 +48,16 @@ class ConfigWatch {
   ConfigWatch(const ConfigWatch&) = delete;
   ConfigWatch& operator=(const ConfigWatch&) = delete;
 
-  // Starts (remembering the content as it is now) or stops watching. Safe
-  // from within `changed`.
-  void set_enabled(bool on);
+  // Starts or stops watching. `loaded` is the digest (digest()) of the
+  // content the running configuration was read from (0: unknown, the
+  // content as it is now counts as seen). Safe from within `changed`.
+  void set_enabled(bool on, std::uint64_t loaded = 0);
   bool enabled() const { return enabled_; }
-  // The file's content as it is now counts as seen (read by a reload).
-  void remember();
+  // A load read content with this digest: it counts as seen. 0 (the load
+  // read nothing) changes nothing.
+  void remember(std::uint64_t loaded);
+  // The digest the watch compares: XXH3-64 of the bytes.
+  static std::uint64_t digest(std::string_view bytes);
   // Closes every handle; `done` runs once they are closed. The object may
   // be destroyed after that only.
   void close(std::function<void()> done);
@@ -65,7 +73,7 @@ class ConfigWatch {
   void unwatch(Dir* d);
   void on_event(const char* name);
   void check();
-  std::optional<std::string> read() const;
+  std::optional<std::uint64_t> read() const;  // the file's digest now
   void maybe_closed();
   static void on_fs_event(uv_fs_event_t* h, const char* name, int events, int status);
   static void on_timer(uv_timer_t* t);
@@ -79,7 +87,7 @@ class ConfigWatch {
   int open_handles_ = 0;  // the timer and the directories' handles, until their close callbacks
   uv_timer_t timer_{};
   std::uint64_t burst_start_ms_ = 0;
-  std::optional<std::string> seen_;  // the content last seen (nullopt: unreadable then)
+  std::optional<std::uint64_t> seen_;  // the digest of the content last seen (nullopt: unreadable then)
   std::function<void()> done_;
 };
 

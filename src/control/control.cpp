@@ -120,7 +120,7 @@ std::string through_links(std::string path) {
 // What a configuration file says, as a number: an upgrade compares the
 // file the new process read with the text the old one ran. 0 when it
 // cannot be read.
-std::uint64_t text_digest(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
+std::uint64_t text_digest(std::string_view text) { return ConfigWatch::digest(text); }
 
 std::uint64_t file_digest(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -291,22 +291,30 @@ ReloadResult Control::reload_from_file() {
   try {
     config = std::make_shared<const Config>(load_config(config_path_));
   } catch (const ConfigError& e) {
-    return {false, e.what()};
+    ReloadResult bad{false, e.what()};
+    bad.file_digest = before;
+    return bad;
   }
   const std::uint64_t outside = outside_digest(*config);
+  const std::uint64_t after = file_digest(config_path_);
   // The same bytes (read before and after loading them) and the same token
   // and addresses: the running configuration is this file already, and
   // building it again would only cost the workers a rebuild of their tables.
-  if (snapshot_ && before != 0 && before == config_digest_ && outside == outside_digest_ &&
-      file_digest(config_path_) == before) {
-    return {true, "configuration unchanged (same bytes, same token and addresses): nothing to apply, generation " +
-                      std::to_string(generation_) + " stays"};
+  if (snapshot_ && before != 0 && before == config_digest_ && outside == outside_digest_ && after == before) {
+    ReloadResult same{true, "configuration unchanged (same bytes, same token and addresses): nothing to apply, generation " +
+                                std::to_string(generation_) + " stays"};
+    same.file_digest = before;
+    return same;
   }
   ReloadResult r = apply(std::move(config));
   if (r.ok) {
-    config_digest_ = file_digest(config_path_);
+    // Should the file have changed while it was loaded, what runs is not
+    // known to be either content: neither counts as loaded, and the watch
+    // (or the next reload) loads it again.
+    config_digest_ = after == before ? before : 0;
     outside_digest_ = outside;
   }
+  r.file_digest = after == before ? before : 0;
   return r;
 }
 
@@ -761,6 +769,7 @@ ReloadResult Control::put_config(std::string_view toml) {
         config_digest_ = text_digest(toml);
         outside_digest_ = outside;
       }
+      r.file_digest = r.ok ? text_digest(toml) : 0;
       if (r.ok && ::rename(tmp.c_str(), target.c_str()) != 0) {
         r.message += "; but replacing " + target + " failed: " + std::strerror(errno) +
                      " (the running configuration differs from the file)";
@@ -778,7 +787,7 @@ void Control::update_watch() {
     if (!on) return;
     watch_ = std::make_unique<ConfigWatch>(loop_, config_path_, [this] { reload_watched(); });
   }
-  watch_->set_enabled(on);
+  watch_->set_enabled(on, config_digest_);
 }
 
 void Control::reload_watched() {
@@ -805,7 +814,7 @@ void Control::record_reload(std::string_view origin, const ReloadResult& r) {
   last_reload_ = LastReload{true, r.ok, wall_ms(), std::string(origin), r.message};
   // What this reload read counts as seen: the watch does not load it again,
   // nor retry a bad file before it changes.
-  if (watch_) watch_->remember();
+  if (watch_) watch_->remember(r.file_digest);
   notify_systemd("READY=1\nSTATUS=" + std::string(r.ok ? "running, configuration generation " : "running; last reload failed, generation ") +
                  std::to_string(generation_));
 }

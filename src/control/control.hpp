@@ -49,6 +49,10 @@ struct ReloadResult {
   // ("global.workers", "admin", "admin.listen", "admin.token_file"); their
   // running values stay until then.
   std::vector<std::string> restart_required;
+  // The digest (ConfigWatch::digest) of the file content this reload read,
+  // or wrote for PUT /config; 0 when it read none. What watch_config then
+  // counts as seen.
+  std::uint64_t file_digest = 0;
 };
 
 class Control {
