@@ -110,6 +110,10 @@ int main(int argc, char** argv) {
   if (const char* v = std::getenv("SLUICE_TEST_EXIT_AFTER_ADOPTING"); v != nullptr && upgrade_fd >= 0) {
     sluice::upgrade::exit_after_adopting(std::strtoull(v, nullptr, 10));
   }
+  // And: stall in the middle of one, as a process not scheduled would.
+  if (const char* v = std::getenv("SLUICE_TEST_STALL_RECEIVING_MS"); v != nullptr && upgrade_fd >= 0) {
+    sluice::upgrade::stall_receiving(std::strtoull(v, nullptr, 10));
+  }
 #endif
 
   // Not for -t: a check must stay easy to interrupt.

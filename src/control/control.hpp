@@ -207,7 +207,9 @@ class Control {
   // still makes).
   std::vector<upgrade::Figure> own_figures(bool all) const;
   // Both: sends what changed of own_figures(all) since `sent`.
-  std::string report_figures(int fd, bool all, upgrade::Tally& sent) const;
+  // `wait`: block up to the send timeout for room; otherwise a full
+  // channel skips this report (the next one says it all again).
+  std::string report_figures(int fd, bool all, upgrade::Tally& sent, bool wait) const;
   // Both: the other process's figures, counted with this one's.
   void fold_in(const std::vector<upgrade::Figure>& figures);
   // Both: the other process has gone: its gauges leave this one's counts.

@@ -499,7 +499,7 @@ std::string Control::send_handover(int fd) {
   // hand-over's start (on_handover_tick).
   if (send_error.empty()) {
     upgrade::Tally first;
-    send_error = report_figures(fd, true, first);
+    send_error = report_figures(fd, true, first, true);
   }
   if (send_error.empty() && admin_http_ && admin_http_->listening_fd() >= 0) {
     upgrade::Message a;
@@ -571,17 +571,23 @@ void Control::on_handover_tick(Upgrade& u) {
     stopped = stopped && w->handed_over();
     left += w->live_sessions();
   }
-  if (u.fd() >= 0) report_figures(u.fd(), true, u.sent);  // a broken channel shows on the poll
-  if (!u.released && stopped && u.fd() >= 0) {
+  // Never waiting for room: the loop reads the new process's answers, and
+  // a full channel only means the new process is behind. A broken channel
+  // shows on the poll.
+  const bool reported = u.fd() >= 0 && report_figures(u.fd(), true, u.sent, false).empty();
+  if (!u.released && stopped && reported) {
     // Every count above was taken with no worker here accepting: from now
     // on this process's counts only go down, and the new process counts
-    // them with its own before it accepts anyone.
+    // them with its own before it accepts anyone. No room: the next tick
+    // reports and says it again.
     upgrade::Message r;
     r.kind = upgrade::Kind::released;
-    upgrade::send(u.fd(), r, kSendTimeoutMs);
-    u.released = true;
-    spdlog::info("upgrade: this process no longer accepts; the new process {} does; {} session(s) to hand over",
-                 u.pid, left);
+    std::string err;
+    if (upgrade::try_send(u.fd(), r, err) == upgrade::SendStatus::ok) {
+      u.released = true;
+      spdlog::info("upgrade: this process no longer accepts; the new process {} does; {} session(s) to hand over",
+                   u.pid, left);
+    }
   }
   if (!u.released || left > 0) return;
   // The hand-over is over: nothing here any more.
@@ -998,7 +1004,7 @@ void Control::announce_takeover() {
   takeover_timer_open_ = true;
   uv_timer_start(&takeover_timer_, [](uv_timer_t* t) {
     auto* c = static_cast<Control*>(t->data);
-    if (c->takeover_) c->report_figures(c->takeover_->fd(), false, c->sent_);
+    if (c->takeover_) c->report_figures(c->takeover_->fd(), false, c->sent_, false);
     // The old process should say "released" within milliseconds; if it
     // does not within upgrade_timeout, clients have waited long enough in
     // the listen queue.
@@ -1034,6 +1040,7 @@ void Control::on_handed_sessions() {
     }
     switch (m.kind) {
       case upgrade::Kind::session: {
+        upgrade::on_session_received();
         if (workers_.empty() || m.fds.size() < 2 || m.fds.size() > 3) {
           m.close_fds();
           break;
@@ -1131,11 +1138,23 @@ std::vector<upgrade::Figure> Control::own_figures(bool all) const {
   return out;
 }
 
-std::string Control::report_figures(int fd, bool all, upgrade::Tally& sent) const {
-  const std::vector<upgrade::Figure> changed = sent.changed(own_figures(all));
+// Figures travel as absolute values (the receiver works out what changed),
+// so a report sent twice changes nothing: what was sent counts as sent only
+// once every message of the report has gone, and a report the channel had
+// no room for goes whole with the next.
+std::string Control::report_figures(int fd, bool all, upgrade::Tally& sent, bool wait) const {
+  upgrade::Tally next = sent;
+  const std::vector<upgrade::Figure> changed = next.changed(own_figures(all));
   for (const upgrade::Message& m : upgrade::counts_messages(changed)) {
-    if (std::string err = upgrade::send(fd, m, kSendTimeoutMs); !err.empty()) return err;
+    std::string err;
+    if (wait) {
+      err = upgrade::send(fd, m, kSendTimeoutMs);
+    } else {
+      upgrade::try_send(fd, m, err);
+    }
+    if (!err.empty()) return err;
   }
+  sent = std::move(next);
   return {};
 }
 

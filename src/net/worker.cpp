@@ -30,11 +30,15 @@ constexpr unsigned kFirstBackoffMs = 100;
 // so that one busy listener cannot starve the sessions of this worker.
 constexpr int kAcceptBatch = 64;
 constexpr unsigned kMaxBackoffMs = 500;
-// Binary upgrade: how often the worker looks for quiet sessions to move,
-// how many it moves per look, and how long a send may wait for room.
+// Binary upgrade: how often the worker looks for quiet sessions to move
+// (and tries again to send what found no room on the channel), and how
+// many it moves per look. A send never waits for room: a slow new process
+// delays the hand-over, never this loop's sessions, and never makes this
+// process give a session up (upgrade_finish_timeout bounds the wait).
 constexpr std::uint64_t kMoveEveryMs = 5;
 constexpr int kMovesPerTurn = 256;
-constexpr int kMoveSendTimeoutMs = 2000;
+// A channel full for this long is worth a line in the log.
+constexpr std::uint64_t kSlowTakerMs = 1000;
 
 uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
@@ -103,6 +107,8 @@ Worker::Worker(unsigned id, uv_async_t* stopped) : id_(id), stopped_(stopped) {
   uv_timer_start(&live_bytes_timer_, on_live_bytes_timer, kLiveBytesMs, kLiveBytesMs);
   uv_timer_init(&loop_, &move_timer_);
   move_timer_.data = this;
+  uv_timer_init(&loop_, &answer_timer_);
+  answer_timer_.data = this;
   timers_.emplace(&loop_, &Session::fire_timer);
   reactor_.emplace(&loop_);
   loop_watcher_.loop = &loop_;
@@ -406,6 +412,13 @@ void Worker::unlink(Session& s) {
   s.prev = s.next = nullptr;
   --session_count_;
   live_sessions_.store(session_count_, std::memory_order_release);
+  // Adopted, and closed here before its answer went (a stop): the old
+  // process is told it was not taken, and carries on with it.
+  for (PendingAnswer& a : answers_) {
+    if (a.session != &s) continue;
+    a.session = nullptr;
+    a.message = upgrade::session_answer(upgrade::Kind::declined, a.worker, a.seq, "closed before it ran here");
+  }
   maybe_finish_stop();
 }
 
@@ -460,6 +473,8 @@ void Worker::begin_stop() {
 void Worker::begin_hand_over(std::shared_ptr<upgrade::Channel> channel) {
   if (stopping_) return;
   stopping_ = true;
+  move_waited_ = false;
+  full_since_ms_ = 0;
   holding_ = true;
   channel_ = std::move(channel);
   for (auto& l : listeners_) {
@@ -478,16 +493,36 @@ void Worker::on_move_timer(uv_timer_t* t) { static_cast<Worker*>(t->data)->move_
 // process's word (answer()).
 void Worker::move_sessions() {
   int moved = 0;
+  bool full = false;
   each_session([&](Session& s) {
-    if (!channel_ || moved >= kMovesPerTurn || !s.movable()) return;
+    if (!channel_ || full || moved >= kMovesPerTurn || !s.movable()) return;
     upgrade::Message m;
     const std::uint64_t seq = move_seq_ + 1;
     if (!s.hand_over_message(m, id_, seq)) return;  // no memory file for its pending bytes now: a later turn
-    std::string err = upgrade::send(channel_->fd(), m, kMoveSendTimeoutMs);
+    std::string err;
+    const upgrade::SendStatus st = upgrade::try_send(channel_->fd(), m, err);
     if (m.fds.size() > 2) ::close(m.fds[2]);  // the pending bytes' file: the new process has its own copy
-    if (!err.empty()) {
-      // The new process is gone or stuck: what has not gone stays here (the
-      // control loop decides what happens to it).
+    if (st == upgrade::SendStatus::full) {
+      // The new process has not read what went before: this session and
+      // the rest go on a later turn (nothing of this message was sent).
+      // The channel holds fewer messages than a turn sends, so a short
+      // wait is usual; one that lasts is said once per wait.
+      full = true;
+      const std::uint64_t now = uv_now(&loop_);
+      if (full_since_ms_ == 0) full_since_ms_ = now;
+      if (!move_waited_ && now - full_since_ms_ >= kSlowTakerMs) {
+        move_waited_ = true;
+        spdlog::info("worker {}: the new process has taken no session for {} ms ({} on their way); the others wait "
+                     "for room",
+                     id_, now - full_since_ms_, moving_.size());
+      }
+      return;
+    }
+    full_since_ms_ = 0;
+    move_waited_ = false;
+    if (st == upgrade::SendStatus::error) {
+      // The new process is gone: what has not gone stays here (the control
+      // loop decides what happens to it).
       spdlog::warn("worker {}: cannot hand sessions over ({}); the {} left stay here for now", id_, err,
                    session_count_ - moving_.size());
       channel_.reset();
@@ -579,24 +614,44 @@ void Worker::adopt(WorkerCommand& c) {
     m.close_fds();
     spdlog::warn("worker {}: a session handed over is declined ({}); it stays with the old process", id_, why);
     if (whole && c.channel) {
-      upgrade::send(c.channel->fd(), upgrade::session_answer(upgrade::Kind::declined, r.worker, r.seq, why),
-                    kMoveSendTimeoutMs);
+      answers_.push_back({nullptr, c.channel, upgrade::session_answer(upgrade::Kind::declined, r.worker, r.seq, why),
+                          r.worker, r.seq});
+      flush_answers();
     }
     return;
   }
-  // Counted and registered here, untouched yet: the old process may let go.
-  if (c.channel) {
-    upgrade::before_adopted_answer();
-    if (std::string err = upgrade::send(c.channel->fd(),
-                                        upgrade::session_answer(upgrade::Kind::adopted, r.worker, r.seq),
-                                        kMoveSendTimeoutMs);
-        !err.empty()) {
+  if (!c.channel) {
+    s->run_adopted();
+    return;
+  }
+  // Counted and registered here, untouched yet: once the answer has gone
+  // the old process may let go, and the session runs here.
+  upgrade::before_adopted_answer();
+  answers_.push_back({s, c.channel, upgrade::session_answer(upgrade::Kind::adopted, r.worker, r.seq), r.worker, r.seq});
+  flush_answers();
+}
+
+void Worker::flush_answers() {
+  while (!answers_.empty()) {
+    PendingAnswer& a = answers_.front();
+    std::string err;
+    const upgrade::SendStatus st = upgrade::try_send(a.channel->fd(), a.message, err);
+    if (st == upgrade::SendStatus::full) {
+      // The old process has not read the answers before: again shortly.
+      if (!uv_is_active(as_handle(&answer_timer_))) uv_timer_start(&answer_timer_, on_answer_timer, kMoveEveryMs, 0);
+      return;
+    }
+    if (st == upgrade::SendStatus::error) {
       // The old process has gone (the usual reason): nobody else has it.
       SPDLOG_DEBUG("worker {}: the old process did not hear that a session was adopted: {}", id_, err);
     }
+    Session* s = a.session;
+    answers_.pop_front();
+    if (s != nullptr) s->run_adopted();
   }
-  s->run_adopted();
 }
+
+void Worker::on_answer_timer(uv_timer_t* t) { static_cast<Worker*>(t->data)->flush_answers(); }
 
 void Worker::on_shutdown_timer(uv_timer_t* t) {
   auto* w = static_cast<Worker*>(t->data);
@@ -635,6 +690,8 @@ void Worker::close_all() {
   uv_close(as_handle(&shutdown_timer_), nullptr);
   uv_close(as_handle(&live_bytes_timer_), nullptr);
   uv_close(as_handle(&move_timer_), nullptr);
+  uv_close(as_handle(&answer_timer_), nullptr);
+  answers_.clear();
   channel_.reset();
   timers_->close();
 }

@@ -38,14 +38,13 @@
 #include "proxy/timer_queue.hpp"
 #include "sluice/cause.hpp"
 #include "sluice/config.hpp"
+#include "upgrade/channel.hpp"
 
 namespace sluice {
 
 class Session;
 class ServerState;
-namespace upgrade {
-class Channel;
-}
+
 class Snapshot;
 class Worker;
 
@@ -165,6 +164,10 @@ class Worker final : public SessionHost {
   void begin_hand_over(std::shared_ptr<upgrade::Channel> channel);
   void move_sessions();
   void answer(const WorkerCommand& c);
+  // The new process: sends the answers waiting for room on the channel,
+  // in order; an adopted session runs once its answer has gone.
+  void flush_answers();
+  static void on_answer_timer(uv_timer_t* t);
   void recall(WorkerCommand& c);
   void close_rest(const WorkerCommand& c);
   void adopt(WorkerCommand& c);
@@ -227,6 +230,20 @@ class Worker final : public SessionHost {
   std::shared_ptr<upgrade::Channel> channel_;  // where sessions go; null: nowhere (now)
   std::uint64_t move_seq_ = 0;
   std::unordered_map<std::uint64_t, Session*> moving_;  // by seq: sent, no word yet
+  std::uint64_t full_since_ms_ = 0;  // the channel has had no room since (0: it has)
+  bool move_waited_ = false;         // said so for this wait
+  // Binary upgrade (the new process): answers the channel had no room for
+  // yet. `session` (adopted; null when declined) waits, untouched, until
+  // its answer has gone: the old process lets go of it only then.
+  struct PendingAnswer {
+    Session* session = nullptr;
+    std::shared_ptr<upgrade::Channel> channel;
+    upgrade::Message message;
+    std::uint64_t worker = 0;  // the old process's worker and seq, should it be declined after all
+    std::uint64_t seq = 0;
+  };
+  std::deque<PendingAnswer> answers_;
+  uv_timer_t answer_timer_{};  // retries answers_ while the channel is full
   std::atomic<bool> handed_over_{false};
   std::atomic<std::size_t> live_sessions_{0};
 };

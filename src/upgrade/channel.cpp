@@ -7,10 +7,12 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <system_error>
+#include <thread>
 
 namespace sluice::upgrade {
 
@@ -40,6 +42,7 @@ bool wait_for(int fd, short events, int timeout_ms) {
 
 std::atomic<std::uint64_t> g_exit_after{0};
 std::atomic<std::uint64_t> g_adopted{0};
+std::atomic<std::uint64_t> g_stall_ms{0};
 
 }  // namespace
 
@@ -53,6 +56,16 @@ void before_adopted_answer() {
                  static_cast<unsigned long long>(limit + 1));
     std::_Exit(70);
   }
+}
+
+void stall_receiving(std::uint64_t ms) { g_stall_ms.store(ms, std::memory_order_relaxed); }
+
+void on_session_received() {
+  const std::uint64_t ms = g_stall_ms.exchange(0, std::memory_order_relaxed);
+  if (ms == 0) return;
+  std::fprintf(stderr, "sluice: test fault: the control thread stops reading the hand-over for %llu ms\n",
+               static_cast<unsigned long long>(ms));
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 void Message::close_fds() {
@@ -88,8 +101,14 @@ bool parse_number(std::string_view s, std::uint64_t& v) {
   return !s.empty() && r.ec == std::errc() && r.ptr == end;
 }
 
-std::string send(int fd, const Message& m, int timeout_ms) {
-  if (m.fds.size() > kMaxFds) return "too many descriptors in one message";
+namespace {
+
+// Sends `m`, waiting up to `timeout_ms` for room (0: not at all).
+SendStatus send_within(int fd, const Message& m, int timeout_ms, std::string& error) {
+  if (m.fds.size() > kMaxFds) {
+    error = "too many descriptors in one message";
+    return SendStatus::error;
+  }
   std::string body;
   put32(body, kMagic);
   const std::uint32_t vk = static_cast<std::uint32_t>(m.version) | (static_cast<std::uint32_t>(m.kind) << 16);
@@ -99,7 +118,10 @@ std::string send(int fd, const Message& m, int timeout_ms) {
     put32(body, static_cast<std::uint32_t>(f.size()));
     body += f;
   }
-  if (body.size() > kMaxMessage) return "message too large";
+  if (body.size() > kMaxMessage) {
+    error = "message too large";
+    return SendStatus::error;
+  }
   iovec iov{body.data(), body.size()};
   msghdr h{};
   h.msg_iov = &iov;
@@ -110,7 +132,10 @@ std::string send(int fd, const Message& m, int timeout_ms) {
     h.msg_control = control.data();
     h.msg_controllen = control.size();
     cmsghdr* c = CMSG_FIRSTHDR(&h);
-    if (c == nullptr) return "no room for the descriptors";
+    if (c == nullptr) {
+      error = "no room for the descriptors";
+      return SendStatus::error;
+    }
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int) * m.fds.size());
@@ -118,13 +143,26 @@ std::string send(int fd, const Message& m, int timeout_ms) {
   }
   while (true) {
     const ssize_t n = ::sendmsg(fd, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n >= 0) return {};
+    if (n >= 0) return SendStatus::ok;
     if (errno == EINTR) continue;
-    if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_for(fd, POLLOUT, timeout_ms)) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return "the other process takes nothing";
-    return std::strerror(errno);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (timeout_ms > 0 && wait_for(fd, POLLOUT, timeout_ms)) continue;
+      error = "the other process takes nothing";
+      return SendStatus::full;
+    }
+    error = std::strerror(errno);
+    return SendStatus::error;
   }
 }
+
+}  // namespace
+
+std::string send(int fd, const Message& m, int timeout_ms) {
+  std::string error;
+  return send_within(fd, m, timeout_ms, error) == SendStatus::ok ? std::string() : error;
+}
+
+SendStatus try_send(int fd, const Message& m, std::string& error) { return send_within(fd, m, 0, error); }
 
 RecvStatus receive(int fd, Message& m, std::string& error) {
   m = Message{};

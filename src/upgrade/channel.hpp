@@ -64,6 +64,14 @@ struct Message {
 // Sends `m` (blocking up to `timeout_ms` for room). Returns "" or the error.
 std::string send(int fd, const Message& m, int timeout_ms);
 
+// As send(), never blocking. `full`: the other process has not read enough
+// yet for this message, and nothing of it was sent (a datagram goes whole
+// or not at all): the caller tries again later. `error` names what broke.
+// A worker's loop or the control loop sends this way what it can send
+// again, so that a slow peer delays the hand-over but never the loop.
+enum class SendStatus { ok, full, error };
+SendStatus try_send(int fd, const Message& m, std::string& error);
+
 enum class RecvStatus { ok, again, closed, error };
 // Receives one message without blocking. On `ok`, `m` holds it (its
 // descriptors are the caller's). `error` names what was wrong.
@@ -97,6 +105,13 @@ void tell_failure(int fd, std::string_view level, std::string_view message);
 // production binary never sets it). Called before each "adopted" answer.
 void exit_after_adopting(std::uint64_t n);
 void before_adopted_answer();
+
+// A fault for the upgrade tests, set only by sluice-next
+// (SLUICE_TEST_STALL_RECEIVING_MS): the new process's control thread stops
+// reading the channel for `ms` at the first session handed over, as a
+// process the kernel does not schedule would. 0 = never.
+void stall_receiving(std::uint64_t ms);
+void on_session_received();
 
 // Numbers as fields.
 std::string field(std::uint64_t v);

@@ -284,6 +284,41 @@ def test_new_process_dying_mid_handover_leaves_the_unacknowledged_sessions_with_
         s.close()
 
 
+STALL_SESSIONS = 800
+
+
+def test_a_new_process_that_stalls_mid_handover_still_gets_every_session(tmp_path, backends, made):
+    """The new process's control thread stops reading the hand-over for 3 s
+    after the first session (as a process the kernel does not schedule
+    would): the channel fills, and the old process waits for room instead of
+    giving up. Every session moves, the old process exits long before
+    upgrade_finish_timeout, and none is closed with cause upgrade."""
+    harness.raise_nofile(4 * STALL_SESSIONS + 1024)
+    b = backends()
+    inst = new_instance(tmp_path, b.address, env={"SLUICE_TEST_STALL_RECEIVING_MS": "3000"},
+                        extra_global='upgrade_finish_timeout = "120s"')
+    made.append(inst)
+    sessions = []
+    for i in range(STALL_SESSIONS):
+        s = harness.connect(*inst.addr())
+        echo_roundtrip(s, f"session {i}\n".encode())
+        sessions.append(s)
+    old = inst.serving_pid()
+    install(inst.bin, harness.sluice_next_bin())
+    inst.upgrade()
+    inst.log.wait_for(r"test fault: the control thread stops reading the hand-over for 3000 ms", timeout=30)
+    # The channel filled: what this test is about happened.
+    inst.log.wait_for(r"worker \d+: the new process has taken no session for \d+ ms", timeout=30)
+    # Far less than the deadline: only a hand-over that went on after the
+    # stall ends this soon.
+    wait_until(lambda: not pid_alive(old), timeout=60, what=f"old process {old} exits")
+    for i, s in enumerate(sessions):
+        echo_roundtrip(s, f"after the stall {i}\n".encode())
+    assert not [r for r in inst.records() if r["cause"] == "upgrade"], "sessions closed at the deadline"
+    for s in sessions:
+        s.close()
+
+
 def test_upgrade_finish_timeout_closes_what_never_became_movable(tmp_path, backends, made):
     """The old process does not linger: after upgrade_finish_timeout the
     sessions that never could move are closed with cause upgrade, and it

@@ -177,3 +177,42 @@ TEST_CASE("parse_number takes whole decimal numbers only") {
     CHECK_FALSE(parse_number(bad, v));
   }
 }
+
+TEST_CASE("try_send says full without sending any of the message, and sends once there is room") {
+  Pair p;
+  Message m;
+  m.kind = Kind::counts;
+  m.fields = {std::string(1000, 'x')};
+  std::string err;
+  int sent = 0;
+  SendStatus st = SendStatus::ok;
+  // Bounded: a SEQPACKET pair holds a few hundred such messages at most.
+  while (sent < 100000 && (st = try_send(p.fd[0], m, err)) == SendStatus::ok) ++sent;
+  REQUIRE(st == SendStatus::full);
+  CHECK(sent > 0);
+  CHECK(err == "the other process takes nothing");
+  // Every message that went is whole, and the refused one is not there.
+  int got = 0;
+  Message r;
+  std::string rerr;
+  while (receive(p.fd[1], r, rerr) == RecvStatus::ok) {
+    CHECK(r.fields.size() == 1);
+    CHECK(r.fields[0].size() == 1000);
+    ++got;
+  }
+  CHECK(got == sent);
+  CHECK(try_send(p.fd[0], m, err) == SendStatus::ok);
+  CHECK(receive(p.fd[1], r, rerr) == RecvStatus::ok);
+}
+
+TEST_CASE("try_send to a closed peer is an error, not full") {
+  Pair p;
+  ::close(p.fd[1]);
+  p.fd[1] = ::dup(p.fd[0]);  // something for the destructor to close
+  ::shutdown(p.fd[0], SHUT_RDWR);
+  Message m;
+  m.kind = Kind::released;
+  std::string err;
+  CHECK(try_send(p.fd[0], m, err) == SendStatus::error);
+  CHECK_FALSE(err.empty());
+}
