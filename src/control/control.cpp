@@ -892,6 +892,9 @@ void Control::drain_down(std::shared_ptr<const ServerState> server) {
 }
 
 void Control::close_sessions(std::shared_ptr<const ServerState> server, Cause cause, Duration spread) {
+  // Sessions still on their way from an old process are in no worker's
+  // list yet: they read this as they arrive.
+  if (server) server->mark_sessions_ended(uv_hrtime() / 1'000'000, cause);
   for (auto& w : workers_) {
     WorkerCommand c;
     c.kind = WorkerCommand::Kind::close_sessions;

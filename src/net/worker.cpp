@@ -425,7 +425,20 @@ void Worker::unlink(Session& s) {
 void Worker::close_sessions(const WorkerCommand& c) { close_spread(c.server.get(), c.cause, c.spread); }
 
 std::size_t Worker::close_spread(const ServerState* only, Cause cause, Duration window) {
-  auto wanted = [only](const Session& s) { return !s.closing() && (only == nullptr || s.server() == only); };
+  // An adopted session whose answer has not gone yet is left alone when one
+  // server's sessions end: closed now, it would go back to the old process,
+  // which carries on with it. It reads its server's mark once it starts.
+  std::vector<const Session*> unanswered;
+  if (only != nullptr) {
+    for (const PendingAnswer& a : answers_) {
+      if (a.session != nullptr) unanswered.push_back(a.session);
+    }
+    std::sort(unanswered.begin(), unanswered.end());
+  }
+  auto wanted = [only, &unanswered](const Session& s) {
+    return !s.closing() && (only == nullptr || s.server() == only) &&
+           !std::binary_search(unanswered.begin(), unanswered.end(), &s);
+  };
   const auto ms = static_cast<std::uint64_t>(std::max<Duration::rep>(window.count(), 0));
   if (ms == 0) {
     std::size_t n = 0;
@@ -621,7 +634,7 @@ void Worker::adopt(WorkerCommand& c) {
     return;
   }
   if (!c.channel) {
-    s->run_adopted();
+    start_adopted(*s);
     return;
   }
   // Counted and registered here, untouched yet: once the answer has gone
@@ -647,8 +660,21 @@ void Worker::flush_answers() {
     }
     Session* s = a.session;
     answers_.pop_front();
-    if (s != nullptr) s->run_adopted();
+    if (s != nullptr) start_adopted(*s);
   }
+}
+
+void Worker::start_adopted(Session& s) {
+  // Its server's sessions were ended while it was on its way (a check saw
+  // the server go down, lose its role or be fenced): it ends as those did,
+  // before it carries one more byte.
+  if (const ServerState* server = s.server(); server != nullptr) {
+    if (const Cause cause = server->ended_since(s.start_ms()); cause != Cause::none) {
+      s.terminate(cause);
+      return;
+    }
+  }
+  s.run_adopted();
 }
 
 void Worker::on_answer_timer(uv_timer_t* t) { static_cast<Worker*>(t->data)->flush_answers(); }

@@ -171,6 +171,9 @@ class Worker final : public SessionHost {
   void recall(WorkerCommand& c);
   void close_rest(const WorkerCommand& c);
   void adopt(WorkerCommand& c);
+  // Runs an adopted session whose answer has gone, or ends it when its
+  // server's sessions were ended meanwhile.
+  void start_adopted(Session& s);
   static void on_move_timer(uv_timer_t* t);
   void maybe_finish_stop();
   void close_all();

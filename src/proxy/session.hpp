@@ -65,6 +65,9 @@ class Session {
   // right after a failed attempt: a session moving on from a server is no
   // longer that server's to close.
   const ServerState* server() const { return connector_.current(); }
+  // Loop time (ms) of the accept; for an adopted session, as the old
+  // process's age for it says.
+  std::uint64_t start_ms() const { return start_ms_; }
   State state() const { return state_; }
   // The host's periodic look (every few seconds): a proxying session
   // without interim records of its own (log_interval off) adds the bytes it

@@ -266,6 +266,17 @@ void ServerState::unfence(std::string_view why) {
   spdlog::info("upstream \"{}\" server {} no longer fenced: {}", upstream, address.text, why);
 }
 
+void ServerState::mark_sessions_ended(std::uint64_t at_ms, Cause cause) const {
+  ended_cause_.store(cause, std::memory_order_relaxed);
+  ended_at_ms_.store(at_ms, std::memory_order_release);
+}
+
+Cause ServerState::ended_since(std::uint64_t started_ms) const {
+  const std::uint64_t at = ended_at_ms_.load(std::memory_order_acquire);
+  if (at == 0 || started_ms > at) return Cause::none;
+  return ended_cause_.load(std::memory_order_relaxed);
+}
+
 std::string ServerState::fenced_by() const {
   std::lock_guard lock(mu_);
   return fenced_by_;

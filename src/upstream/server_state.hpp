@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/cause.hpp"
 #include "sluice/config.hpp"
 #include "sluice/histogram.hpp"
 #include "sluice/peak.hpp"
@@ -178,6 +179,16 @@ class ServerState {
   // start); the epoch when never.
   TimePoint up_since() const;
 
+  // ---- sessions ended all at once (written by the control loop) ----
+  // The control loop ended this server's live sessions at `at_ms` (the
+  // workers' monotonic clock, uv_hrtime's milliseconds) for `cause`. A
+  // session that was on its way from an old process then (an upgrade's
+  // hand-over) was in no worker's list: it ends as it arrives.
+  void mark_sessions_ended(std::uint64_t at_ms, Cause cause) const;
+  // The cause, when a session that began at `started_ms` (same clock) has
+  // outlived such an end; Cause::none otherwise.
+  Cause ended_since(std::uint64_t started_ms) const;
+
   // ---- admin (written by the control loop) ----
   void set_admin(AdminState s);
   AdminState admin() const { return admin_.load(std::memory_order_acquire); }
@@ -255,6 +266,10 @@ class ServerState {
   void restore_history(const History& h, TimePoint now);
 
  private:
+  // A record of what was done to the server, not of its state: written
+  // through the const handles that close_sessions is given.
+  mutable std::atomic<std::uint64_t> ended_at_ms_{0};  // 0: never
+  mutable std::atomic<Cause> ended_cause_{Cause::none};
   mutable std::mutex mu_;
   PassiveHealth health_;
   std::string passive_reason_;       // under mu_

@@ -447,3 +447,39 @@ def test_failed_upgrade_says_why_in_the_old_process(tmp_path, backends, made):
     assert status(inst)["pid"] == serving
     with harness.connect(*inst.addr()) as s:
         echo_roundtrip(s, b"still served\n")
+
+
+def test_sessions_on_their_way_end_when_the_new_process_finds_their_server_down(tmp_path, backends, made):
+    """A check in the new process ends a server's sessions while some of
+    them are still on their way from the old one: those end as they arrive,
+    with the same cause, instead of carrying on on a server taken out.
+    The old process has no check here (the check comes with the upgrade,
+    from the edited file), so only the new process can see the server go."""
+    b = backends()
+    inst = new_instance(tmp_path, b.address, extra_global='upgrade_finish_timeout = "60s"')
+    made.append(inst)
+    sessions = []
+    for i in range(50):
+        s = harness.connect(*inst.addr())
+        echo_roundtrip(s, f"session {i}\n".encode())
+        sessions.append(s)
+    # The server stops taking connections; the live ones go on.
+    b.sock.close()
+    inst.config.write_text(inst.text + '\n[upstream.up.health]\ntype = "tcp"\ninterval = "100ms"\ntimeout = "1s"\n'
+                                       'fall = 1\nrise = 1\njitter = "0%"\non_down = "close_sessions"\n')
+    old = inst.serving_pid()
+    install(inst.bin, harness.sluice_next_bin())
+    inst.upgrade()
+    inst.settle(old)
+    ended = []
+    for s in sessions:
+        s.settimeout(20)
+        try:
+            s.sendall(b"still there?\n")
+            ended.append(s.recv(100) == b"")
+        except OSError:
+            ended.append(True)
+        s.close()
+    assert all(ended), f"{ended.count(False)} of {len(ended)} session(s) still run on a server found down"
+    causes = {r["cause"] for r in inst.records()}
+    assert causes == {"server_down"}, causes

@@ -118,3 +118,16 @@ TEST_CASE("fenced: no session until the fence is lifted; the status names who se
   s.set_first_pending(true);
   CHECK(s.awaited());
 }
+
+TEST_CASE("a session that began before its server's sessions were ended reads the cause; a later one does not") {
+  ServerState s("pg", endpoint(), 0, 10s);
+  CHECK(s.ended_since(5) == Cause::none);  // never ended
+  s.mark_sessions_ended(1000, Cause::server_down);
+  CHECK(s.ended_since(400) == Cause::server_down);
+  CHECK(s.ended_since(1000) == Cause::server_down);
+  CHECK(s.ended_since(1001) == Cause::none);
+  // The latest end counts, with its own cause.
+  s.mark_sessions_ended(2000, Cause::fenced);
+  CHECK(s.ended_since(1500) == Cause::fenced);
+  CHECK(s.ended_since(2500) == Cause::none);
+}
