@@ -189,7 +189,11 @@ int Control::run() {
   workers_.clear();
   snapshot_.reset();
   uv_loop_close(loop_);
-  remove_pid_file();
+  // Handed over: pid_file is the new process's, which names itself about
+  // now (a check of the file's content then removal would race with it).
+  if (upgrade_state_.state() != UpgradeState::handed_over && upgrade_state_.state() != UpgradeState::finishing) {
+    remove_pid_file();
+  }
   spdlog::info(upgrade_state_.state() == UpgradeState::handed_over ? "stopped: the new process serves" : "stopped");
   return exit_status_;
 }

@@ -7,10 +7,10 @@
 //                                       <- hello (format version, PID)
 //   listener x N, service, server x N,     (or "failed": why it cannot start)
 //   client x N, counts, admin, go       ->  opens nothing it was given
-//                                       <- ready (pid_file, MAINPID=)   [receiving]
+//                                       <- ready                        [receiving]
 //   [handing_over] stops accepting;
-//   counts, then released once no      ->  starts its workers: accepting
-//   worker accepts
+//   counts, then released once no      ->  starts its workers: accepting;
+//   worker accepts                          pid_file, MAINPID=
 //   session (id) x N                    ->  counts and registers it, then
 //                                       <- adopted (id)  (or declined)
 //   closes its copies; counts every
@@ -980,9 +980,6 @@ void Control::announce_takeover() {
     ::close(inherited_admin_);
     inherited_admin_ = -1;
   }
-  write_pid_file();
-  notify_systemd("MAINPID=" + std::to_string(::getpid()) + "\nREADY=1\nSTATUS=running (upgraded), configuration generation " +
-                 std::to_string(generation_));
   upgrade_state_.transition(UpgradeState::receiving, "process " + std::to_string(predecessor_) +
                                                          " hands its sessions over; an upgrade waits until it has gone");
   upgrade::Message ready;
@@ -1021,6 +1018,14 @@ void Control::start_workers() {
   workers_started_ = true;
   for (auto& w : workers_) w->start();
   pin_threads();
+  // Started by an upgrade: this process names itself once it accepts, which
+  // is after the old one stopped answering on the shared admin socket too.
+  // Whoever reads pid_file (or MAINPID) from then on reaches this process.
+  if (takeover_ || predecessor_ != 0) {
+    write_pid_file();
+    notify_systemd("MAINPID=" + std::to_string(::getpid()) +
+                   "\nREADY=1\nSTATUS=running (upgraded), configuration generation " + std::to_string(generation_));
+  }
 }
 
 void Control::on_handed_sessions() {

@@ -291,6 +291,51 @@ def test_post_upgrade_twice_and_again(instance):
             wait_until(lambda p=pid: not pid_alive(p), timeout=15, what=f"old process {pid} exits")
 
 
+def test_once_pid_file_names_the_new_process_the_old_one_answers_no_admin_request(instance):
+    """A script that reads pid_file and then asks the admin API must reach
+    the process pid_file names: the new process names itself only after the
+    old one stopped answering on the shared admin socket."""
+    inst = instance()
+    stale = []
+    for _ in range(10):
+        install(inst.bin, harness.sluice_bin())
+        before = inst.serving_pid()
+        stop = threading.Event()
+        named = threading.Event()
+
+        def ask():
+            # Requests one after another while the upgrade runs; each one
+            # sent after pid_file changed must be answered by the new process.
+            while not stop.is_set():
+                sent_after_change = named.is_set()
+                try:
+                    status, body = inst.admin_request("GET", "/status")
+                except OSError:
+                    continue
+                if sent_after_change and status == 200 and body["pid"] == before:
+                    stale.append(body["pid"])
+
+        askers = [threading.Thread(target=ask, daemon=True) for _ in range(2)]
+        for t in askers:
+            t.start()
+        try:
+            os.kill(before, signal.SIGUSR2)
+            deadline = time.monotonic() + 30
+            while inst.serving_pid() in (None, before) and time.monotonic() < deadline:
+                time.sleep(0.0005)
+            named.set()
+            new = inst.serving_pid()
+            assert new not in (None, before), "no new process named itself"
+            inst.pids.append(new)
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            for t in askers:
+                t.join(timeout=15)
+        inst.settle(before)
+    assert not stale, f"{len(stale)} request(s) sent after pid_file named the new process were answered by the old one"
+
+
 def failed_upgrade_keeps_serving(inst: Instance, why_rx: str, wait: float = 30):
     serving = inst.serving_pid()
     long_plain = harness.connect(*inst.addr())
