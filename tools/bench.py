@@ -51,6 +51,10 @@ VARIANT_SYSTEMS.update({
 # The listen backlog sluice had before 4096 (nginx's default): beside
 # sluice in one run, the evidence for the default (docs/decisions.md).
 VARIANT_SYSTEMS["sluice-backlog511"] = ["backlog = 511"]
+# The control thread on CPU 1 and the worker on CPU 0 ([global]
+# control_cpu): beside sluice in --storm, whether keeping the admin API,
+# reloads and checks off the worker's core keeps them off its tail.
+VARIANT_SYSTEMS["sluice-control-cpu"] = ["control_cpu = 1"]
 # nginx with `proxy_half_close on`: a FIN is passed on and the session waits
 # for the other side's, as sluice always does and HAProxy does by default
 # (nginx's default closes both sides on the first FIN). Opt-in, beside nginx.
@@ -359,10 +363,12 @@ def server_address(server):
 
 def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", settings=(), fault=None,
                   tail=()):
-    # A variant's `workers` goes to [global]; its tcp_keepalive replaces ours.
+    # A variant's `workers` and `control_cpu` go to [global]; its
+    # tcp_keepalive replaces ours.
     workers = [x for x in settings if x.startswith("workers")] or ["workers = 1"]
+    workers += [x for x in settings if x.startswith("control_cpu")]
     keepalive = [x for x in settings if x.startswith("tcp_keepalive")] or ["tcp_keepalive = false"]
-    settings = [x for x in settings if not x.startswith(("workers", "tcp_keepalive"))]
+    settings = [x for x in settings if not x.startswith(("workers", "control_cpu", "tcp_keepalive"))]
     out = [
         "[global]",
         *workers,
@@ -1621,6 +1627,10 @@ def skip_unavailable(load_list):
 
 
 def main():
+    # SIGTERM unwinds like an exception, so that every process started here
+    # is stopped on the way out (by default Python would die at once and
+    # leave them running).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     args = parse_args()
     if args.redraw:
         with open(args.redraw) as f:

@@ -143,6 +143,24 @@ def place(pid, cpu):
             pass
 
 
+# Variants that pin their own threads ([global] control_cpu): started on
+# the proxy's and the generator's CPUs, and never re-pinned whole (that
+# would undo their own placement); the proxy's CPU comes first.
+SELF_PLACED = {"sluice-control-cpu"}
+
+
+def proxy_cpus(ctx, system):
+    """The CPU (or CPU list) `system` starts on."""
+    if system in SELF_PLACED and ctx.proxy_cpu is not None and ctx.gen_cpu is not None:
+        return f"{ctx.proxy_cpu},{ctx.gen_cpu}"
+    return ctx.proxy_cpu
+
+
+def place_proxy(ctx, system, pid):
+    """place() for a proxy: priority only for one that places itself."""
+    place(pid, None if system in SELF_PLACED else ctx.proxy_cpu)
+
+
 def prefix(cpu):
     """argv prefix that starts a command on `cpu` at the raised priority."""
     out = []
@@ -221,7 +239,7 @@ def start_proxies(b, ctx, ports):
             continue
         proxy = b.Proxy(ctx.procs, system, ctx.binaries[system], ctx.workdir, "latency",
                         plain=ports)
-        place(proxy.proc.pid, ctx.proxy_cpu)
+        place_proxy(ctx, system, proxy.proc.pid)
         proxies[system] = proxy
     return proxies
 
@@ -576,7 +594,7 @@ class StormProxy:
             argv = [binary, "-p", self.dir, "-e", os.path.join(self.dir, "nginx-error.log"),
                     "-c", self.path]
         self.write(servers)
-        self.proc = ctx.procs.start(prefix(ctx.proxy_cpu) + argv, log_path=self.log)
+        self.proc = ctx.procs.start(prefix(proxy_cpus(ctx, system)) + argv, log_path=self.log)
         if not b.wait_listening(self.port, self.proc, timeout=10):
             why = b.tail(self.log) or "not listening"
             self.stop()
@@ -589,7 +607,8 @@ class StormProxy:
             if self.dns:
                 tail += ["", "[resolver]", f'nameservers = ["{self.dns}"]', 'valid = "1s"',
                          'timeout = "1s"']
-            return b.sluice_config(self.port, plain=servers, tail=tail)
+            return b.sluice_config(self.port, plain=servers, settings=b.VARIANT_SYSTEMS.get(self.system, ()),
+                                   tail=tail)
         if self.system == "haproxy":
             return b.haproxy_config(self.port, plain=servers)
         text = b.nginx_config(self.port, self.dir, plain=servers)
