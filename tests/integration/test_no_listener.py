@@ -17,6 +17,10 @@ def refused(addr) -> bool:
         socket.create_connection(addr, timeout=harness.EVENT_TIMEOUT).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:
+        # Queued as the listening socket closed: the kernel resets it. Not
+        # yet the refusal of a port nobody listens on; look again.
+        return False
     return False
 
 
