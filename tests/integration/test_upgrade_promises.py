@@ -471,6 +471,9 @@ def test_sessions_on_their_way_end_when_the_new_process_finds_their_server_down(
     install(inst.bin, harness.sluice_next_bin())
     inst.upgrade()
     inst.settle(old)
+    # The new process's first check may come after the hand-over on a slow
+    # build: the sessions are asked once it has found the server down.
+    inst.log.wait_for(rf"server {re.escape(b.address)} marked down \(active check\)", timeout=30)
     ended = []
     for s in sessions:
         s.settimeout(20)
