@@ -76,7 +76,8 @@ Target::Target(HealthChecker& owner, std::shared_ptr<ServerState> state, const H
       config_(config),
       address_(address),
       probe_(make_probe(owner.loop_, config_, address_)),
-      counter_(config_.rise, config_.fall, starts_up(*state_, config_)) {
+      counter_(config_.rise, config_.fall, starts_up(*state_, config_)),
+      last_passed_(counter_.up()) {
   timer_ = handles_.add(new Timer(this));
   uv_timer_init(owner.loop_, &timer_->uv);
 }

@@ -69,7 +69,12 @@ class Target {
   TimePoint check_started_{};
   TimePoint streak_started_{};  // start of the first check that disagreed with the state
   bool waiting_first_ = false;   // started down (initial = "down") and no result yet
-  bool last_passed_ = false;     // the last result (not a local error) was a pass
+  // The last result (not a local error) was a pass. Before the first, as
+  // the server stands: one that serves already (initial = "up", or up as a
+  // reload's earlier check or an old process's left it) has passed as far
+  // as its sessions know, so a first answer with another role is a role
+  // change and on_role_change decides for them.
+  bool last_passed_ = false;
   std::uint32_t standby_failures_ = 0;  // failures in a row that were not a role answer
   RoleFacts facts_;       // the last answer's
   bool answered_ = false;  // the last check answered

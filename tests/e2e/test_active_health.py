@@ -442,6 +442,31 @@ def test_redis_failover_closes_sessions_held_on_the_old_master(sluice, redis_pai
             assert c.call("SET", f"after{i}", "failover") == "OK"
 
 
+def test_a_check_replaced_by_a_reload_still_closes_sessions_on_a_demoted_master(sluice, redis_pair):  # noqa: F811
+    """A reload that changes the check's settings starts a new check that
+    keeps the server's state. Its first answer from a master demoted
+    meanwhile is a role change, not a standby found at start: the sessions
+    held there end, as on_role_change says, although on_down keeps them."""
+    master, replica = redis_pair
+    slow = dict(REDIS, interval="30s", on_down="keep")
+    s = sluice([listener()], {"up": upstream(master.address, health=slow)})
+    held = dbpeers.RespConn(*s.addr())
+    try:
+        assert redis_port(held) == master.port
+        s.log.wait_for(up_rx(master.address, "role is master"))
+        # Demoted while the 30 s interval runs: only the new check can see it.
+        with dbpeers.RespConn("127.0.0.1", master.port) as c:
+            assert c.call("REPLICAOF", "127.0.0.1", str(replica.port)) == "OK"
+        start = len(s.log.lines)
+        s.reload(s.config_path.read_text().replace('interval = "30s"', 'interval = "200ms"'))
+        s.log.wait_for(standby_rx(master.address, "role changed: role is replica, want master"), start=start)
+        assert harness.wait_closed(held.sock) in ("eof", "reset")
+    finally:
+        held.close()
+    (rec,) = s.wait_records(1)
+    assert rec["cause"] == "server_down" and rec["server"] == master.address, rec
+
+
 def test_postgres_role_check_routes_to_the_primary_and_follows_a_failover(sluice, pg_primary_standby,  # noqa: F811
                                                                          tmp_path):
     primary, standby = pg_primary_standby

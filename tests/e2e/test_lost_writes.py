@@ -594,8 +594,11 @@ def test_mariadb_switchover(template, tmp_path, upgrade):
             primary.sql(f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={replica.port}, "
                         f"MASTER_USER='{mariadb_peers.REPL_USER}', MASTER_PASSWORD='{mariadb_peers.REPL_PASSWORD}', "
                         "MASTER_USE_GTID=current_pos; START SLAVE")
-            harness.wait_until(lambda: through.acked and through.acked[-1][2] == 2, timeout=DEADLINE,
-                               what=f"writes reach the new primary (errors: {through.errors[-3:]})")
+            try:
+                harness.wait_until(lambda: through.acked and through.acked[-1][2] == 2, timeout=DEADLINE,
+                                   what=f"writes reach the new primary (errors: {through.errors[-3:]})")
+            except harness.Timeout as e:
+                raise AssertionError(f"{e}\nsluice's log:\n{s.log.text()[-8000:]}") from None
             if before is not None:
                 s.wait_upgraded(before)
             through.wait_acked(AFTER_WRITES)
