@@ -90,9 +90,14 @@ def test_a_short_connection_costs_15_system_calls_and_a_few_waits(sluice, tmp_pa
     assert errors == 0, result
     assert conns >= MIN_CONNS, f"only {conns} connections in {CONNS_DEADLINE_S}s: {result}"
     calls = strace_summary(out)
-    detail = ", ".join(f"{k} {v / conns:.2f}" for k, v in sorted(calls.items()))
-    assert abs(calls.get("accept4", 0) - conns) <= 1, f"strace did not see every accept: {detail}"
-    waits = calls.get("epoll_wait", 0) / conns
-    others = sum(v for k, v in calls.items() if k != "epoll_wait") / conns
+    accepted = calls.get("accept4", 0)
+    assert abs(accepted - conns) <= 1, f"strace saw {accepted} accepts for {conns} connections: {calls}"
+    # Per connection that sluice served while traced: the client may end a
+    # run with one it had begun and did not count, which sluice served all
+    # the same (with a few hundred connections, one more is 15 calls over
+    # the lot, and read as 0.07 above the budget).
+    detail = ", ".join(f"{k} {v / accepted:.2f}" for k, v in sorted(calls.items()))
+    waits = calls.get("epoll_wait", 0) / accepted
+    others = sum(v for k, v in calls.items() if k != "epoll_wait") / accepted
     assert others <= BUDGET, f"{others:.2f} system calls besides waits per connection (budget {BUDGET}): {detail}"
     assert waits <= WAIT_BUDGET, f"{waits:.2f} waits per connection (budget {WAIT_BUDGET}): {detail}"
