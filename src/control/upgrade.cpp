@@ -1021,7 +1021,7 @@ void Control::start_workers() {
   // Started by an upgrade: this process names itself once it accepts, which
   // is after the old one stopped answering on the shared admin socket too.
   // Whoever reads pid_file (or MAINPID) from then on reaches this process.
-  if (takeover_ || predecessor_ != 0) {
+  if (predecessor_ != 0) {
     write_pid_file();
     notify_systemd("MAINPID=" + std::to_string(::getpid()) +
                    "\nREADY=1\nSTATUS=running (upgraded), configuration generation " + std::to_string(generation_));
