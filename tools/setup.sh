@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages sluice needs to build, test and benchmark
 # (HAProxy and nginx are PROXY protocol receivers in the tests and the
-# benchmark's peers); with --build only what building and running it needs.
+# benchmark's peers); with --build only what building and running it needs,
+# with --test-build what building it with its tests and tools needs.
 # Idempotent: quiet and quick when everything is already there. Needs root
 # (or sudo) on Debian 12.
 set -euo pipefail
@@ -16,10 +17,16 @@ build_packages=(
   nlohmann-json3-dev   # the admin API's JSON
   python3   # the demo's backends
 )
-# What the tests, the fuzz run and the benchmark need on top.
+# What building the tests and the benchmark's tools needs on top
+# (tools/test.sh installs these first, builds, and installs the rest meanwhile).
+test_build_packages=(
+  cmake doctest-dev ccache   # unit tests; the compiler cache
+  libssl-dev   # the load generator's TLS loads
+  scdoc   # man pages sluice(8) and sluice.toml(5), built when meson finds it
+)
+# What running the tests, the fuzz run and the benchmark needs on top.
 test_packages=(
-  cmake doctest-dev ccache
-  libssl-dev openssl python3-pytest curl procps logrotate
+  openssl python3-pytest curl procps logrotate
   clang libclang-rt-14-dev   # libFuzzer for the ClientHello fuzz target
   postgresql postgresql-client redis-server redis-tools   # database end-to-end tests
   mariadb-server mariadb-client   # MySQL role checks against real replication
@@ -32,7 +39,7 @@ test_packages=(
   bird2 exabgp   # scale-out: BGP announcements that follow GET /ready, a router's multipath route
   python3-yaml   # the Kubernetes recipe's manifests are parsed in a test
   debhelper dpkg-dev fakeroot lintian   # the Debian package (tools/deb.sh, tests/package)
-  scdoc man-db   # man pages sluice(8) and sluice.toml(5), and reading them in tests
+  man-db   # reading the man pages in tests
   systemd   # systemd-analyze verifies the unit; systemd-sysusers/-tmpfiles for the package
   dnsmasq-base   # a real DNS server in the discovery tests
   redis-sentinel   # servers taken from Redis Sentinel, in the end-to-end tests
@@ -43,8 +50,9 @@ test_packages=(
 packages=("${build_packages[@]}")
 case "${1:-}" in
   --build) ;;
-  "") packages+=("${test_packages[@]}") ;;
-  *) echo "usage: tools/setup.sh [--build]" >&2; exit 2 ;;
+  --test-build) packages+=("${test_build_packages[@]}") ;;
+  "") packages+=("${test_build_packages[@]}" "${test_packages[@]}") ;;
+  *) echo "usage: tools/setup.sh [--build | --test-build]" >&2; exit 2 ;;
 esac
 
 missing=()

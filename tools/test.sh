@@ -2,11 +2,12 @@
 # The whole test suite, as CI runs it:
 #   1. set-up (Debian packages), build with warnings as errors;
 #   2. unit tests (doctest), integration and end-to-end tests (pytest, real
-#      sockets on loopback, real openssl peers), a bounded fuzz run;
+#      sockets on loopback, real openssl peers) with every listener
+#      splicing, a bounded fuzz run;
 #   3. the same unit, integration and e2e tests again on an
-#      AddressSanitizer + UndefinedBehaviorSanitizer build, and its
-#      integration and e2e tests once more with every listener splicing
-#      (with --quick: on the default build);
+#      AddressSanitizer + UndefinedBehaviorSanitizer build in copy mode, and
+#      the tests that move bytes once more with every listener splicing
+#      (with --quick: the default build in copy mode instead);
 #   4. the unit tests and the tests where threads share state (several
 #      workers, reload, admin API, health checks) on a ThreadSanitizer build.
 # Ends with a timing summary per stage and one line "N passed, N failed".
@@ -39,10 +40,17 @@ while [[ $# -gt 0 ]]; do
 done
 
 t_start=$(date +%s)
-tools/setup.sh || exit 1
+# The machine's busy CPU time since boot, in clock ticks (user, nice,
+# system, irq, softirq, steal): the summary says how much of the two cores
+# the run used, which tells whether waiting or computing bounds it.
+cpu_busy() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+cpu_start=$(cpu_busy)
 py=/usr/bin/python3
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
+# What the builds need first; the rest (database servers, peers, the
+# browser, the packaging tools) installs while the default build compiles.
+tools/setup.sh --test-build || exit 1
 # Builds in clones at other paths share compiled objects (ccache, when
 # installed, is used by meson on its own): paths are hashed relative to the
 # tree, and not the build directory's own path (it only names the sources'
@@ -172,16 +180,19 @@ sanitizer_builds() {
   # through pipe(2), which fails while the process is out of descriptors --
   # the state several tests create on purpose -- and then reports a valid
   # object as having an "invalid vptr" (and leaks the demangled names).
-  # -O1 -g1: what the sanitizers' own documentation suggests, and about
-  # half the compile time of -O2 -g (a heavy unit here: 17 CPU-seconds
-  # instead of 32); reports still name file and line. Warnings are errors
+  # -g1: reports still name file and line. TSan at -O1, what its
+  # documentation suggests. ASan+UBSan at -Og: UBSan's checks make the
+  # optimiser's work at -O1 about twice as long (a heavy unit here: 29
+  # CPU-seconds at -O1, 15 at -Og, 9 at -O1 without sanitizers), and on a
+  # fresh machine that build is the longest single step before its tests
+  # can start. Warnings are errors
   # in the default build only: gcc's flow warnings (stringop-overflow,
   # maybe-uninitialized) change with the optimisation level and the
   # sanitizers' instrumentation, and a false one must not cost the
   # sanitized test passes.
   local rc=0 r
   nice -n 10 tools/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false \
-      -Doptimization=1 "-Dcpp_args=-fno-sanitize=vptr -g1"
+      -Doptimization=g "-Dcpp_args=-fno-sanitize=vptr -g1"
   r=$?; [[ $r -ne 0 ]] && rc=1
   echo "$r" >"$log/asan-built"
   nice -n 10 tools/build.sh build-tsan -Db_sanitize=thread -Db_lundef=false \
@@ -203,43 +214,84 @@ build_failed() {  # name
   echo "$1" >>"$log/order"
 }
 
+exec_step "set-up: the packages the tests need (tools/setup.sh)" tools/setup.sh &
+setup_pid=$!
 echo "== build (warnings are errors)"
 exec_step "build default" tools/build.sh build-ci -Dstrict=true -Dbuildtype=debugoptimized
-if [[ $(cat "$log/build_default.rc") -ne 0 ]]; then
-  report_step "build default"
-  echo "0 passed, 1 failed"
-  exit 1
-fi
+wait "$setup_pid"
+for step in "set-up: the packages the tests need (tools/setup.sh)" "build default"; do
+  if [[ $(cat "$log/$(key "$step").rc") -ne 0 ]]; then
+    report_step "$step"
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
+done
 
 tsan_env=""
 reports="$PWD/build-tsan/tsan-reports"
 asan_env=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 
+# Every integration and e2e test runs in both ways of moving bytes, and on
+# both the default and the ASan+UBSan build, without running every test
+# four times: the default build's pass has every listener the tests write
+# splicing (splice = "pipe"; moving bytes with splice(2) must not change
+# any behaviour a test can see), the ASan+UBSan pass copies (the default
+# mode, where sluice's own buffers hold the bytes), and the tests that move
+# bytes (below) run once more under ASan+UBSan with splice = "pipe", where
+# the pipes, the hand-over of spliced sessions and the switch in "auto" live.
+splice_tests=(
+  tests/integration/test_splice.py
+  tests/integration/test_integrity.py
+  tests/integration/test_half_close.py
+  tests/integration/test_bytes.py
+  tests/integration/test_resets.py
+  tests/integration/test_client_faults.py
+  tests/integration/test_backend_faults.py
+  tests/integration/test_interim_bytes.py
+  tests/integration/test_idle_crowd.py
+  tests/integration/test_keepalive.py
+  tests/integration/test_limits.py
+  tests/integration/test_retired.py
+  tests/integration/test_close_spread.py
+  tests/integration/test_syscalls.py
+  tests/integration/test_upgrade.py
+  tests/integration/test_upgrade_promises.py
+  tests/e2e/test_tls.py
+  tests/e2e/test_proxy_protocol.py
+)
+
 # Two lanes of tests run side by side, each at most one pytest process, so
 # no more than two suites ever compete for the two cores (every test holds
 # on a busy machine; four suites at once would make that a gamble). The
 # lanes are balanced by their usual length:
-#   lane 1: default build unit, integration+e2e; then ASan unit and
-#           integration+e2e (copy mode);
-#   lane 2: Debian package, fuzz; then ASan integration+e2e with every
-#           listener splicing; then the TSan unit and thread tests.
+#   lane 1: default build unit, integration+e2e (splice = "pipe"); fuzz;
+#           then the TSan unit and thread tests;
+#   lane 2: Debian package; then ASan unit, integration+e2e (copy) and the
+#           tests that move bytes again with splice = "pipe".
 # Lane 2's steps print their results when lane 2 is joined.
 lane_two() {
   exec_step "Debian package (tools/deb.sh, dpkg-deb, lintian)" "$py" -m pytest -q -p no:cacheprovider tests/package
   if [[ $quick -eq 1 ]]; then
-    # The same integration and e2e tests with every listener the tests write
-    # splicing (splice = "pipe"): moving bytes with splice(2) must not change
-    # any behaviour a test can see.
-    exec_step "default build integration+e2e, splice = pipe" \
-      pytest_suite build-ci SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
+    exec_step "default build integration+e2e, copy" \
+      pytest_suite build-ci -- tests/integration tests/e2e
     return
   fi
-  exec_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start, refusal and admin request parsers ${fuzz_seconds}s" \
-    tools/fuzz.sh "$fuzz_seconds"
   if built asan; then
-    exec_step "asan+ubsan integration+e2e, splice = pipe" \
-      pytest_suite build-asan "${asan_env[@]}" SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
+    for t in build-asan/tests/unit/*/test_*; do
+      [[ -x "$t" && -f "$t" ]] || continue
+      exec_step "asan+ubsan unit $(basename "$t" | sed 's/^test_//')" env "${asan_env[@]}" "$t"
+    done
+    exec_step "asan+ubsan integration+e2e, copy" \
+      pytest_suite build-asan "${asan_env[@]}" -- tests/integration tests/e2e
+    exec_step "asan+ubsan tests that move bytes, splice = pipe" \
+      pytest_suite build-asan "${asan_env[@]}" SLUICE_TEST_SPLICE=pipe -- "${splice_tests[@]}"
+  else
+    build_failed "build with AddressSanitizer + UndefinedBehaviorSanitizer"
   fi
+}
+
+# The TSan unit and thread tests, once the TSan build is there.
+tsan_steps() {
   if built tsan; then
     rm -rf "$reports"
     mkdir -p "$reports"
@@ -250,13 +302,14 @@ lane_two() {
     local t
     for t in build-tsan/tests/unit/*/test_*; do
       [[ -x "$t" && -f "$t" ]] || continue
-      exec_step "tsan unit $(basename "$t" | sed 's/^test_//')" env "$tsan_env" "$t"
+      run_step "tsan unit $(basename "$t" | sed 's/^test_//')" env "$tsan_env" "$t"
     done
-    exec_step "tsan integration+e2e (threads sharing state)" \
+    run_step "tsan integration+e2e (threads sharing state)" \
       pytest_suite build-tsan "$tsan_env" -- "${tsan_tests[@]}"
-    exec_step "tsan reports" no_tsan_reports "$reports"
+    run_step "tsan reports" no_tsan_reports "$reports"
   else
     build_failed "build with ThreadSanitizer"
+    report_step "build with ThreadSanitizer"
   fi
 }
 
@@ -270,24 +323,18 @@ if [[ $quick -eq 0 ]]; then
   fi
 fi
 if [[ $serial -eq 0 ]]; then
-  echo "== lane 2: Debian package, fuzz, ASan splice = pipe, TSan (started in the background)"
+  echo "== lane 2: Debian package, ASan copy, ASan splice = pipe (started in the background)"
   lane_two &
   lane_two_pid=$!
 fi
 
 unit_tests build-ci "default build"
-run_step "default build integration+e2e" pytest_suite build-ci -- tests/integration tests/e2e
+run_step "default build integration+e2e, splice = pipe" \
+  pytest_suite build-ci SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
 if [[ $quick -eq 0 ]]; then
-  if built asan; then
-    for t in build-asan/tests/unit/*/test_*; do
-      [[ -x "$t" && -f "$t" ]] || continue
-      run_step "asan+ubsan unit $(basename "$t" | sed 's/^test_//')" env "${asan_env[@]}" "$t"
-    done
-    run_step "asan+ubsan integration+e2e" pytest_suite build-asan "${asan_env[@]}" -- tests/integration tests/e2e
-  else
-    build_failed "build with AddressSanitizer + UndefinedBehaviorSanitizer"
-    report_step "build with AddressSanitizer + UndefinedBehaviorSanitizer"
-  fi
+  run_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start, refusal and admin request parsers ${fuzz_seconds}s" \
+    tools/fuzz.sh "$fuzz_seconds"
+  tsan_steps
 fi
 
 if [[ $serial -eq 1 ]]; then
@@ -300,7 +347,7 @@ fi
 echo "== lane 2 and the sanitizer builds"
 while read -r name; do
   case "$name" in
-    "Debian package"*|fuzz*|"asan+ubsan integration+e2e, splice = pipe"|tsan*|"default build integration+e2e, splice = pipe"|"build asan+ubsan, then tsan"|"build with ThreadSanitizer")
+    "Debian package"*|asan*|"default build integration+e2e, copy"|"build asan+ubsan, then tsan"|"build with AddressSanitizer + UndefinedBehaviorSanitizer")
       echo "== $name"
       report_step "$name" ;;
   esac
@@ -320,6 +367,11 @@ while read -r name; do
     printf '%6ds  %s\n' $((b - a)) "$name"
   fi
 done < <(cat "$log/order")
-printf '%6ds  %s\n' $(($(date +%s) - t_start)) "total"
+t_total=$(($(date +%s) - t_start))
+printf '%6ds  %s\n' "$t_total" "total"
+ticks=$(getconf CLK_TCK)
+busy=$(( ($(cpu_busy) - cpu_start) / ticks ))
+cores=$(nproc)
+echo "CPU: ${busy} CPU-seconds busy of $((t_total * cores)) on ${cores} cores ($(( 100 * busy / (t_total * cores > 0 ? t_total * cores : 1) )) %)"
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
