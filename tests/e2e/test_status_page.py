@@ -212,7 +212,7 @@ def api(base: str, path: str, method: str = "GET", body: bytes | None = None) ->
 
 def wait_for(what: str, probe, timeout: float = 30.0):
     """Polls probe() until it returns something true; probes that fail (a page
-    being reloaded under them) count as not yet."""
+    being reloaded under them, whose table has no rows yet) count as not yet."""
     deadline = time.monotonic() + timeout
     last = None
     while True:
@@ -220,7 +220,7 @@ def wait_for(what: str, probe, timeout: float = 30.0):
             last = probe()
             if last:
                 return last
-        except (AssertionError, OSError) as e:
+        except (AssertionError, OSError, LookupError) as e:
             last = e
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout}s; last: {last!r}")
