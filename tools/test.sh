@@ -8,7 +8,7 @@
 #      AddressSanitizer + UndefinedBehaviorSanitizer build in copy mode, and
 #      the tests that move bytes once more with every listener splicing
 #      (with --quick: the default build in copy mode instead);
-#   4. the unit tests and the tests where threads share state (several
+#   4. the unit tests that start threads and the tests where threads share state (several
 #      workers, reload, admin API, health checks) on a ThreadSanitizer build.
 # Ends with a timing summary per stage and one line "N passed, N failed".
 # Exit status 0 only if nothing failed.
@@ -162,6 +162,12 @@ tsan_tests=(
   tests/e2e/test_one_writer.py
 )
 
+# The unit tests that start threads (the upstream module's: several
+# workers picking and counting, the wait queue handing slots across). The
+# others run one thread, where ThreadSanitizer cannot see a race, so the
+# TSan build leaves them out (about a third of its compile time).
+tsan_units=(tests/unit/upstream/test_upstream)
+
 # Passes when no ThreadSanitizer report was written to $1 (a directory);
 # otherwise prints the first report whole and the summary line of each.
 no_tsan_reports() {
@@ -196,7 +202,7 @@ sanitizer_builds() {
   r=$?; [[ $r -ne 0 ]] && rc=1
   echo "$r" >"$log/asan-built"
   nice -n 10 tools/build.sh build-tsan -Db_sanitize=thread -Db_lundef=false \
-      -Doptimization=1 -Dcpp_args=-g1
+      -Doptimization=1 -Dcpp_args=-g1 -- sluice sluice-next tools/loadgen "${tsan_units[@]}"
   r=$?; [[ $r -ne 0 ]] && rc=1
   echo "$r" >"$log/tsan-built"
   return $rc
@@ -260,15 +266,20 @@ splice_tests=(
   tests/e2e/test_proxy_protocol.py
 )
 
-# Two lanes of tests run side by side, each at most one pytest process, so
-# no more than two suites ever compete for the two cores (every test holds
-# on a busy machine; four suites at once would make that a gamble). The
-# lanes are balanced by their usual length:
-#   lane 1: default build unit, integration+e2e (splice = "pipe"); fuzz;
-#           then the TSan unit and thread tests;
-#   lane 2: Debian package; then ASan unit, integration+e2e (copy) and the
-#           tests that move bytes again with splice = "pipe".
-# Lane 2's steps print their results when lane 2 is joined.
+# Three lanes of tests run side by side, each at most one pytest process.
+# A test mostly waits for sockets and processes: with two lanes the two
+# cores were busy about half the time once the builds were done. Every test
+# holds on a busy machine. The lanes are balanced by their usual length:
+#   lane 1: default build unit, integration+e2e (splice = "pipe");
+#   lane 2: Debian package; ASan unit, e2e and the integration tests
+#           test_a* to test_e* (copy); the tests that move bytes again with
+#           splice = "pipe";
+#   lane 3: ASan integration tests test_f* onwards (copy); fuzz; the TSan
+#           unit and thread tests.
+# The ASan lanes start when the ASan build is done (at once with a warm
+# compiler cache). Lanes 2 and 3 print their results when they are joined.
+asan_first=(tests/e2e tests/integration/test_[a-e]*.py)
+asan_second=(tests/integration/test_[!a-e]*.py)
 lane_two() {
   exec_step "Debian package (tools/deb.sh, dpkg-deb, lintian)" "$py" -m pytest -q -p no:cacheprovider tests/package
   if [[ $quick -eq 1 ]]; then
@@ -281,13 +292,23 @@ lane_two() {
       [[ -x "$t" && -f "$t" ]] || continue
       exec_step "asan+ubsan unit $(basename "$t" | sed 's/^test_//')" env "${asan_env[@]}" "$t"
     done
-    exec_step "asan+ubsan integration+e2e, copy" \
-      pytest_suite build-asan "${asan_env[@]}" -- tests/integration tests/e2e
+    exec_step "asan+ubsan e2e and integration test_a* to test_e*, copy" \
+      pytest_suite build-asan "${asan_env[@]}" -- "${asan_first[@]}"
     exec_step "asan+ubsan tests that move bytes, splice = pipe" \
       pytest_suite build-asan "${asan_env[@]}" SLUICE_TEST_SPLICE=pipe -- "${splice_tests[@]}"
   else
     build_failed "build with AddressSanitizer + UndefinedBehaviorSanitizer"
   fi
+}
+
+lane_three() {
+  if built asan; then
+    exec_step "asan+ubsan integration test_f* onwards, copy" \
+      pytest_suite build-asan "${asan_env[@]}" -- "${asan_second[@]}"
+  fi
+  exec_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start, refusal and admin request parsers ${fuzz_seconds}s" \
+    tools/fuzz.sh "$fuzz_seconds"
+  tsan_steps
 }
 
 # The TSan unit and thread tests, once the TSan build is there.
@@ -300,16 +321,14 @@ tsan_steps() {
     # Suppressions only for reports inside third-party libraries (see the file).
     tsan_env="TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 log_path=$reports/tsan suppressions=$PWD/tools/tsan.supp"
     local t
-    for t in build-tsan/tests/unit/*/test_*; do
-      [[ -x "$t" && -f "$t" ]] || continue
-      run_step "tsan unit $(basename "$t" | sed 's/^test_//')" env "$tsan_env" "$t"
+    for t in "${tsan_units[@]}"; do
+      exec_step "tsan unit $(basename "$t" | sed 's/^test_//')" env "$tsan_env" "build-tsan/$t"
     done
-    run_step "tsan integration+e2e (threads sharing state)" \
+    exec_step "tsan integration+e2e (threads sharing state)" \
       pytest_suite build-tsan "$tsan_env" -- "${tsan_tests[@]}"
-    run_step "tsan reports" no_tsan_reports "$reports"
+    exec_step "tsan reports" no_tsan_reports "$reports"
   else
     build_failed "build with ThreadSanitizer"
-    report_step "build with ThreadSanitizer"
   fi
 }
 
@@ -323,31 +342,33 @@ if [[ $quick -eq 0 ]]; then
   fi
 fi
 if [[ $serial -eq 0 ]]; then
-  echo "== lane 2: Debian package, ASan copy, ASan splice = pipe (started in the background)"
+  echo "== lane 2: Debian package, ASan (e2e, integration test_a* to test_e*; splice = pipe) (started in the background)"
   lane_two &
   lane_two_pid=$!
+  if [[ $quick -eq 0 ]]; then
+    echo "== lane 3: ASan (integration test_f* onwards), fuzz, TSan (started in the background)"
+    lane_three &
+    lane_three_pid=$!
+  fi
 fi
 
 unit_tests build-ci "default build"
 run_step "default build integration+e2e, splice = pipe" \
   pytest_suite build-ci SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
-if [[ $quick -eq 0 ]]; then
-  run_step "fuzz ClientHello, PROXY header, configuration, PostgreSQL start, refusal and admin request parsers ${fuzz_seconds}s" \
-    tools/fuzz.sh "$fuzz_seconds"
-  tsan_steps
-fi
 
 if [[ $serial -eq 1 ]]; then
   lane_two
+  [[ $quick -eq 0 ]] && lane_three
 else
   wait "$lane_two_pid"
+  [[ -n "${lane_three_pid:-}" ]] && wait "$lane_three_pid"
   [[ -n "${builds_pid:-}" ]] && wait "$builds_pid"
 fi
-# Lane 2's results (and the builds'), now that they are all in.
-echo "== lane 2 and the sanitizer builds"
+# Lanes 2 and 3's results (and the builds'), now that they are all in.
+echo "== lanes 2 and 3 and the sanitizer builds"
 while read -r name; do
   case "$name" in
-    "Debian package"*|asan*|"default build integration+e2e, copy"|"build asan+ubsan, then tsan"|"build with AddressSanitizer + UndefinedBehaviorSanitizer")
+    "Debian package"*|asan*|fuzz*|tsan*|"default build integration+e2e, copy"|"build asan+ubsan, then tsan"|"build with AddressSanitizer + UndefinedBehaviorSanitizer"|"build with ThreadSanitizer")
       echo "== $name"
       report_step "$name" ;;
   esac
