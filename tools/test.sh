@@ -15,7 +15,8 @@
 #
 # Where the time goes: a test mostly waits for sockets and processes, a
 # build mostly computes. So the sanitizer builds run in the background
-# (niced) while the default build's tests run, and the suites that do not
+# (ASan+UBSan beside the default build, TSan niced while the tests run),
+# the test packages install while the builds compile, and the suites that do not
 # measure anything against each other run side by side (each test binds
 # port 0 and names its namespaces after its own PID, so two pytest
 # processes never meet). Every test is written to hold on a busy machine.
@@ -179,8 +180,11 @@ no_tsan_reports() {
   return 1
 }
 
-# The sanitizer builds, one after the other, niced: they fill the CPU the
-# tests leave idle. Each leaves a marker file that the lanes wait for.
+# The sanitizer builds, one after the other; each leaves a marker file that
+# the lanes wait for. The ASan+UBSan build starts beside the default build
+# at the same priority: with an empty compiler cache the ASan lanes wait for
+# it, and they are the longest ones. The TSan build, needed last, is niced:
+# it fills the CPU the tests leave idle.
 sanitizer_builds() {
   # No vptr check: gcc 12's runtime verifies a vtable by probing its memory
   # through pipe(2), which fails while the process is out of descriptors --
@@ -197,7 +201,7 @@ sanitizer_builds() {
   # sanitizers' instrumentation, and a false one must not cost the
   # sanitized test passes.
   local rc=0 r
-  nice -n 10 tools/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+  tools/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false \
       -Doptimization=g "-Dcpp_args=-fno-sanitize=vptr -g1"
   r=$?; [[ $r -ne 0 ]] && rc=1
   echo "$r" >"$log/asan-built"
@@ -222,12 +226,22 @@ build_failed() {  # name
 
 exec_step "set-up: the packages the tests need (tools/setup.sh)" tools/setup.sh &
 setup_pid=$!
+if [[ $quick -eq 0 ]]; then
+  if [[ $serial -eq 1 ]]; then
+    exec_step "build asan+ubsan, then tsan" sanitizer_builds
+  else
+    echo "== build asan+ubsan, then tsan (started in the background)"
+    exec_step "build asan+ubsan, then tsan" sanitizer_builds &
+    builds_pid=$!
+  fi
+fi
 echo "== build (warnings are errors)"
 exec_step "build default" tools/build.sh build-ci -Dstrict=true -Dbuildtype=debugoptimized
 wait "$setup_pid"
 for step in "set-up: the packages the tests need (tools/setup.sh)" "build default"; do
   if [[ $(cat "$log/$(key "$step").rc") -ne 0 ]]; then
     report_step "$step"
+    [[ -n "${builds_pid:-}" ]] && wait "$builds_pid"
     echo "0 passed, 1 failed"
     exit 1
   fi
@@ -332,15 +346,6 @@ tsan_steps() {
   fi
 }
 
-if [[ $quick -eq 0 ]]; then
-  if [[ $serial -eq 1 ]]; then
-    exec_step "build asan+ubsan, then tsan" sanitizer_builds
-  else
-    echo "== build asan+ubsan, then tsan (started in the background)"
-    exec_step "build asan+ubsan, then tsan" sanitizer_builds &
-    builds_pid=$!
-  fi
-fi
 if [[ $serial -eq 0 ]]; then
   echo "== lane 2: Debian package, ASan (e2e, integration test_a* to test_e*; splice = pipe) (started in the background)"
   lane_two &
