@@ -78,11 +78,24 @@ class Dnsmasq:
                 *(["--local=/test/"] if self.local else []), "--local-ttl=1", "--log-queries", "--log-facility=-",
                 "--pid-file=", "--conf-file=/dev/null", "--user=root", "--group=root", "--cache-size=0"]
         args += [f"--srv-host={s}" for s in self.srv]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT)
-        self.log = harness.LineLog(self.proc.stdout)
-        self.log.wait_for(r"started, version", timeout=harness.START_TIMEOUT)
-        return self
+        # A restart needs the same port, and while it was free another
+        # process may have bound it for a moment (a resolver's query from a
+        # random UDP port, in a test running beside this one): try again
+        # for a bounded time.
+        deadline = time.monotonic() + harness.START_TIMEOUT
+        while True:
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT)
+            self.log = harness.LineLog(self.proc.stdout)
+            try:
+                self.log.wait_for(r"started, version", timeout=harness.START_TIMEOUT)
+                return self
+            except harness.Timeout as e:
+                if "Address already in use" not in str(e) or time.monotonic() > deadline:
+                    raise
+            self.proc.wait(timeout=5)
+            self.log.join()
+            time.sleep(0.2)
 
     def stop(self):
         if self.proc is None:
