@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "sluice/config.hpp"
@@ -10,6 +11,15 @@ namespace sluice {
 
 using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
+
+// Milliseconds since the epoch, for status fields and Sentinel's answers.
+inline std::int64_t wall_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A duration as libuv's timer milliseconds; a negative one is due now.
+inline std::uint64_t timer_ms(Duration d) { return d.count() <= 0 ? 0 : static_cast<std::uint64_t>(d.count()); }
 
 // "250ms", "10s", "1.5s", "5m", "1h": the config file's duration style.
 inline std::string format_duration(Duration d) {

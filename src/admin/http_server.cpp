@@ -10,12 +10,11 @@
 #include "log/escape.hpp"
 #include "log/rate_limited_warning.hpp"
 #include "sluice/address.hpp"
+#include "sluice/uv_handle.hpp"
 
 namespace sluice::admin {
 
 namespace {
-
-uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
 constexpr std::uint64_t kLingerMs = 1000;  // after the answer: wait for the client's FIN this long
 

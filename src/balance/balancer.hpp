@@ -35,6 +35,10 @@ struct Candidate {
   bool up = false;
 };
 
+// The weight a balancer counts: a weight of 0 (never configured, but a
+// table must not divide by it) counts as 1.
+inline std::uint32_t weight_of(const Candidate& c) { return c.weight == 0 ? 1 : c.weight; }
+
 inline constexpr std::size_t kNoCandidate = std::numeric_limits<std::size_t>::max();
 
 class Balancer {

@@ -19,13 +19,6 @@ double rendezvous_score(std::string_view key, std::uint64_t server_seed, std::ui
   return SlotTable::score(SlotTable::rank_at(server_seed, hash_slot(key)), std::max<std::uint32_t>(weight, 1));
 }
 
-namespace {
-
-// The table's weights: at least 1.
-std::uint32_t weight_of(const Candidate& c) { return std::max<std::uint32_t>(c.weight, 1); }
-
-}  // namespace
-
 std::vector<std::size_t> rendezvous_rank(std::span<const Candidate> candidates, std::string_view key) {
   const std::uint32_t slot = hash_slot(key);
   std::vector<std::uint32_t> ranks(candidates.size());

@@ -12,8 +12,6 @@ namespace {
 constexpr std::uint64_t kTagScale = 1024 * 100000;
 constexpr std::size_t kAbsent = kNoCandidate;
 
-std::uint32_t weight_of(const Candidate& c) { return c.weight == 0 ? 1 : c.weight; }
-
 }  // namespace
 
 bool LeastConnBalancer::before(const Slot& a, const Slot& b) {

@@ -38,10 +38,6 @@ const std::array<TypeKeys, 6> kTypes = {{
     {"mysql", HealthType::mysql, {"role", "user", "password_file", "max_lag", "galera", "on_role_change"}},
 }};
 
-bool before(const toml::source_position& a, const toml::source_position& b) {
-  return a.line < b.line || (a.line == b.line && a.column < b.column);
-}
-
 // Unknown keys, and keys of another type, reported at the first one written.
 void check_keys(const TableReader& r, const TypeKeys& chosen, bool type_written) {
   std::vector<std::string_view> allowed = kCommonKeys;

@@ -15,11 +15,11 @@
 
 namespace sluice::config_detail {
 
-namespace {
-
 bool before(const toml::source_position& a, const toml::source_position& b) {
   return a.line < b.line || (a.line == b.line && a.column < b.column);
 }
+
+namespace {
 
 std::string format_float(double value) {
   char buf[64];

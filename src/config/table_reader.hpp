@@ -115,4 +115,7 @@ class TableReader {
   const std::string& path_;
 };
 
+// Whether a is written before b in the file.
+bool before(const toml::source_position& a, const toml::source_position& b);
+
 }  // namespace sluice::config_detail

@@ -1,4 +1,5 @@
 #include "control/config_watch.hpp"
+#include "sluice/uv_handle.hpp"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -16,8 +17,6 @@
 namespace sluice {
 
 namespace {
-
-uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
 std::string dirname_of(const std::string& path) {
   const std::size_t slash = path.rfind('/');

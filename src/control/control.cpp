@@ -26,14 +26,13 @@
 #include "net/worker.hpp"
 #include "sluice/address.hpp"
 #include "sluice/time.hpp"
+#include "sluice/uv_handle.hpp"
 #include "sluice/version.hpp"
 #include "upgrade/channel.hpp"
 
 namespace sluice {
 
 namespace {
-
-uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
 constexpr int kHandledSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
 

@@ -46,6 +46,7 @@
 #include "sluice/address.hpp"
 #include "sluice/peak.hpp"
 #include "sluice/time.hpp"
+#include "sluice/uv_handle.hpp"
 #include "sluice/version.hpp"
 #include "upgrade/channel.hpp"
 #include "upgrade/session_record.hpp"
@@ -55,8 +56,6 @@ extern char** environ;
 namespace sluice {
 
 namespace {
-
-uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
 // Blocking sends to a process that reads at once: a few seconds mean it is
 // stuck.

@@ -12,19 +12,12 @@
 #include "config/values.hpp"
 #include "discovery/run_until.hpp"
 #include "sluice/address.hpp"
+#include "sluice/time.hpp"
+#include "sluice/uv_handle.hpp"
 
 namespace sluice::discovery {
 
 namespace {
-
-uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
-
-std::int64_t wall_now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::uint64_t timer_ms(Duration d) { return d.count() <= 0 ? 0 : static_cast<std::uint64_t>(d.count()); }
 
 bool same_resolver(const ResolverConfig& a, const ResolverConfig& b) {
   if (a.timeout != b.timeout || a.attempts != b.attempts || a.nameservers.size() != b.nameservers.size()) return false;

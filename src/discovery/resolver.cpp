@@ -1,4 +1,5 @@
 #include "discovery/resolver.hpp"
+#include "sluice/uv_handle.hpp"
 
 #include <ares_nameser.h>
 
@@ -15,8 +16,6 @@ struct Resolver::Poll {
 };
 
 namespace {
-
-uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
 struct Pending {
   Resolver::Callback cb;

@@ -16,17 +16,11 @@
 #include "discovery/resp.hpp"
 #include "discovery/run_until.hpp"
 #include "sluice/address.hpp"
+#include "sluice/time.hpp"
 
 namespace sluice::discovery {
 
 namespace {
-
-std::int64_t wall_now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::uint64_t timer_ms(Duration d) { return d.count() <= 0 ? 0 : static_cast<std::uint64_t>(d.count()); }
 
 // Peer text in a log line or status field: quoted (control bytes escaped)
 // and cut short.

@@ -18,6 +18,7 @@
 #include "proxy/socket_options.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/time.hpp"
+#include "sluice/uv_handle.hpp"
 #include "upgrade/channel.hpp"
 #include "upgrade/session_record.hpp"
 
@@ -39,8 +40,6 @@ constexpr std::uint64_t kMoveEveryMs = 5;
 constexpr int kMovesPerTurn = 256;
 // A channel full for this long is worth a line in the log.
 constexpr std::uint64_t kSlowTakerMs = 1000;
-
-uv_handle_t* as_handle(void* h) { return static_cast<uv_handle_t*>(h); }
 
 }  // namespace
 
@@ -461,7 +460,6 @@ std::size_t Worker::close_spread(const ServerState* only, Cause cause, Duration 
   });
   return n;
 }
-
 
 // ---- stopping --------------------------------------------------------------
 

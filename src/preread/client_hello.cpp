@@ -20,7 +20,6 @@ namespace sluice::preread {
 
 namespace {
 
-constexpr std::uint8_t kContentHandshake = 22;
 constexpr std::uint8_t kHandshakeClientHello = 1;
 constexpr std::size_t kRecordHeaderLen = 5;
 constexpr std::size_t kHandshakeHeaderLen = 4;
@@ -250,7 +249,7 @@ Status ClientHelloParser::step() {
     const std::uint8_t* h = records_.data() + record_pos_;
     const bool first = record_pos_ == 0;
     if (avail < 1) return Status::need_more;
-    if (h[0] != kContentHandshake) {
+    if (h[0] != kTlsHandshake) {
       // Anything but a handshake record at the very start is some other
       // protocol; later on, an alert / change_cipher_spec / application data
       // record in the middle of the hello is a broken TLS client.

@@ -13,6 +13,11 @@
 
 namespace sluice::preread {
 
+// The first byte of a TLS handshake record (content type 22), which is how
+// a ClientHello, and a client starting TLS where another protocol was
+// expected, announces itself.
+inline constexpr std::uint8_t kTlsHandshake = 0x16;
+
 enum class Status { need_more, done, not_tls, malformed };
 
 struct ClientHelloInfo {

@@ -1,5 +1,7 @@
 #include "preread/postgres.hpp"
 
+#include "preread/client_hello.hpp"
+
 namespace sluice::preread {
 
 namespace {
@@ -7,8 +9,6 @@ namespace {
 std::uint32_t be32(std::span<const std::uint8_t> b) {
   return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) | b[3];
 }
-
-constexpr std::uint8_t kTlsHandshake = 0x16;
 
 }  // namespace
 

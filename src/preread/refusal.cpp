@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <optional>
 
+#include "preread/client_hello.hpp"
+
 namespace sluice::preread {
 
 namespace {
 
-constexpr std::uint8_t kTlsHandshake = 0x16;
 constexpr std::uint32_t kPgSslRequest = 80877103;  // 1234 << 16 | 5679
 constexpr std::uint32_t kPgGssEncRequest = 80877104;
 constexpr std::uint32_t kPgCancelRequest = 80877102;

@@ -12,14 +12,13 @@
 #include "proxy/socket_options.hpp"
 #include "runtime/snapshot.hpp"
 #include "sluice/local_error.hpp"
+#include "sluice/time.hpp"
 #include "upstream/upstream.hpp"
 #include "upstream/wait_queue.hpp"
 
 namespace sluice {
 
 namespace {
-
-std::uint64_t ms(Duration d) { return static_cast<std::uint64_t>(d.count()); }
 
 RateLimitedWarning g_local_warning;
 
@@ -87,13 +86,13 @@ void Connector::attempt() {
   deadline_ms_ = 0;
   if (attempts_ >= lc.tries ||
       (attempts_ > 0 && lc.next_upstream_timeout.count() > 0 &&
-       now - first_attempt_ms_ >= ms(lc.next_upstream_timeout))) {
+       now - first_attempt_ms_ >= timer_ms(lc.next_upstream_timeout))) {
     session_.finish(Cause::connect_failed);
     return;
   }
   const long idx = pick_along_fallbacks(Clock::now());
   if (idx == kQueued) {
-    deadline_ms_ = now + ms(upstream_->config().queue_timeout);
+    deadline_ms_ = now + timer_ms(upstream_->config().queue_timeout);
     session_.arm_timer();
     return;
   }
@@ -136,7 +135,7 @@ void Connector::connect_to(long idx, std::uint64_t now) {
     return;
   }
   leg.registered = true;
-  deadline_ms_ = now + ms(lc.connect_timeout);
+  deadline_ms_ = now + timer_ms(lc.connect_timeout);
   session_.arm_timer();
 }
 

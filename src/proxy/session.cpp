@@ -31,6 +31,7 @@
 #include "sluice/cidr.hpp"
 #include "sluice/local_error.hpp"
 #include "sluice/peak.hpp"
+#include "sluice/time.hpp"
 #include "upstream/upstream.hpp"
 
 namespace sluice {
@@ -74,8 +75,6 @@ const std::string& Session::alpn() const {
 }
 
 namespace {
-
-std::uint64_t ms(Duration d) { return static_cast<std::uint64_t>(d.count()); }
 
 // Sessions that may be telling a refused client why at once, in the whole
 // process: each holds its socket for up to preread_timeout, and a flood of
@@ -252,7 +251,7 @@ bool Session::begin_refusal(Cause cause) {
   x.pg_deadline_ms = 0;
   x.stage.reset();
   x.refusal = std::make_unique<preread::Refusal>(protocol, cause, refused_upstream(), connector_.met_full_queue());
-  x.refuse_deadline_ms = uv_now(host_.loop()) + ms(lv_.config->preread_timeout);
+  x.refuse_deadline_ms = uv_now(host_.loop()) + timer_ms(lv_.config->preread_timeout);
   // A preread's bytes are the start of the client's first message.
   const std::vector<std::uint8_t> seen = std::move(x.forward);
   x.forward = {};
@@ -542,7 +541,7 @@ void Session::on_connected() {
   connected_ms_ = uv_now(host_.loop());
   connected_ = true;
   if (const Duration every = snapshot_->config->global.log_interval; every.count() > 0) {
-    interim_at_ms_ = start_ms_ + ms(every);
+    interim_at_ms_ = start_ms_ + timer_ms(every);
   }
   std::vector<std::uint8_t> head;
   if (const Upstream* up = connector_.upstream(); up != nullptr && up->config().proxy_protocol != ProxyProtocol::none) {
@@ -588,7 +587,7 @@ void Session::begin_pg_handshake(std::vector<std::uint8_t> head) {
     finish(Cause::server_reset);
     return;
   }
-  extra().pg_deadline_ms = uv_now(host_.loop()) + ms(lv_.config->connect_timeout);
+  extra().pg_deadline_ms = uv_now(host_.loop()) + timer_ms(lv_.config->connect_timeout);
   arm_timer();
   if (server_.readable) on_pg_answer();
 }
@@ -756,7 +755,7 @@ void Session::arm_timer() {
   consider(close_at_ms_);
   switch (state_) {
     case State::prereading:
-      consider(start_ms_ + ms(lc.preread_timeout));
+      consider(start_ms_ + timer_ms(lc.preread_timeout));
       break;
     case State::refusing:
       consider(extra_->refuse_deadline_ms);
@@ -768,7 +767,7 @@ void Session::arm_timer() {
     case State::proxying:
       if (splice_wanted_ && splice_ready()) consider(uv_now(host_.loop()));
       consider(interim_at_ms_);
-      if (lc.max_lifetime.count() > 0) consider(start_ms_ + ms(lc.max_lifetime));
+      if (lc.max_lifetime.count() > 0) consider(start_ms_ + timer_ms(lc.max_lifetime));
       if (lc.tcp_keepalive && !server_keepalive_) consider(server_keepalive_at());
       if (recheck_ms_ != 0) {
         // An inactivity timeout is due but the kernel still held our bytes:
@@ -776,8 +775,8 @@ void Session::arm_timer() {
         consider(recheck_ms_);
         break;
       }
-      if (lc.idle_timeout.count() > 0) consider(last_activity_ms_ + ms(lc.idle_timeout));
-      if (half_closed_) consider(last_activity_ms_ + ms(lc.fin_timeout));
+      if (lc.idle_timeout.count() > 0) consider(last_activity_ms_ + timer_ms(lc.idle_timeout));
+      if (half_closed_) consider(last_activity_ms_ + timer_ms(lc.fin_timeout));
       break;
     case State::accepted:
     case State::moving:
@@ -804,7 +803,7 @@ void Session::arm_timer() {
 // so the first probe goes when it would have gone had it been set at the
 // connect (the timer fires with half the idle time still to go).
 std::uint64_t Session::server_keepalive_at() const {
-  return connected_ms_ + ms(lv_.config->tcp_keepalive_idle) / 2;
+  return connected_ms_ + timer_ms(lv_.config->tcp_keepalive_idle) / 2;
 }
 
 void Session::fire_timer(void* owner) { static_cast<Session*>(owner)->on_timer(); }
@@ -819,7 +818,7 @@ void Session::on_timer() {
   }
   switch (state_) {
     case State::prereading:
-      if (now >= start_ms_ + ms(lc.preread_timeout)) {
+      if (now >= start_ms_ + timer_ms(lc.preread_timeout)) {
         finish(Cause::preread_timeout);
         return;
       }
@@ -846,11 +845,11 @@ void Session::on_timer() {
         if (closing()) return;
       }
       if (interim_at_ms_ != 0 && now >= interim_at_ms_) {
-        interim_at_ms_ = now + ms(snapshot_->config->global.log_interval);
+        interim_at_ms_ = now + timer_ms(snapshot_->config->global.log_interval);
         count_bytes(true);
         if (snapshot_->access_log->enabled()) write_access_record(true);
       }
-      if (lc.max_lifetime.count() > 0 && now >= start_ms_ + ms(lc.max_lifetime)) {
+      if (lc.max_lifetime.count() > 0 && now >= start_ms_ + timer_ms(lc.max_lifetime)) {
         finish(Cause::max_lifetime);
         return;
       }
@@ -865,9 +864,9 @@ void Session::on_timer() {
       }
       // After a FIN, fin_timeout is an inactivity timeout: every byte moved
       // either way re-arms it (HAProxy's client-fin/server-fin).
-      if ((half_closed_ && now >= last_activity_ms_ + ms(lc.fin_timeout)) ||
-          (lc.idle_timeout.count() > 0 && now >= last_activity_ms_ + ms(lc.idle_timeout))) {
-        const Duration timeout = half_closed_ && now >= last_activity_ms_ + ms(lc.fin_timeout) ? lc.fin_timeout
+      if ((half_closed_ && now >= last_activity_ms_ + timer_ms(lc.fin_timeout)) ||
+          (lc.idle_timeout.count() > 0 && now >= last_activity_ms_ + timer_ms(lc.idle_timeout))) {
+        const Duration timeout = half_closed_ && now >= last_activity_ms_ + timer_ms(lc.fin_timeout) ? lc.fin_timeout
                                                                                               : lc.idle_timeout;
         switch (peers_draining()) {
           case Drain::moving:
@@ -876,7 +875,7 @@ void Session::on_timer() {
             break;
           case Drain::unknown:
             // Bytes are queued but we have no earlier sample: look again soon.
-            recheck_ms_ = now + std::max<std::uint64_t>(ms(timeout) / 4, 10);
+            recheck_ms_ = now + std::max<std::uint64_t>(timer_ms(timeout) / 4, 10);
             break;
           case Drain::stalled:
             finish(timeout == lc.fin_timeout && half_closed_ ? Cause::fin_timeout : Cause::idle_timeout);
@@ -1226,7 +1225,7 @@ Session* Session::adopt(SessionHost& host, std::shared_ptr<const Snapshot> snaps
     }
   }
   if (const Duration every = s->snapshot_->config->global.log_interval; every.count() > 0) {
-    s->interim_at_ms_ = now + ms(every);
+    s->interim_at_ms_ = now + timer_ms(every);
   }
   // Queued now, written first once it runs; until then its events only
   // mark the sockets ready (state accepted).

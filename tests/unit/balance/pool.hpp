@@ -59,4 +59,11 @@ inline std::vector<std::string> client_keys(std::size_t n) {
   return keys;
 }
 
+// `picks` picks from `pool` with no hash key, as letters: server 0 is 'a'.
+inline std::string run(Balancer& b, Pool& pool, int picks) {
+  std::string seq;
+  for (int i = 0; i < picks; ++i) seq += static_cast<char>('a' + b.choose(pool.c, ""));
+  return seq;
+}
+
 }  // namespace sluice::test

@@ -14,12 +14,6 @@ namespace {
 
 char name(std::size_t i) { return static_cast<char>('a' + i); }
 
-std::string run(Balancer& b, test::Pool& pool, int picks) {
-  std::string seq;
-  for (int i = 0; i < picks; ++i) seq += name(b.choose(pool.c, ""));
-  return seq;
-}
-
 }  // namespace
 
 TEST_CASE("least_conn: the least loaded server wins") {
@@ -94,7 +88,7 @@ bool lightest(const std::vector<Candidate>& c, std::size_t chosen) {
 // eligibility and weight changes: `indexed` answers from its heap, `scanned`
 // (updated the same way) from a scan of the span. They share the tie rule,
 // so they must agree pick for pick, and every pick must be a lightest one.
-void agree_on_random_history(std::uint64_t rebase_at, std::uint32_t seed) {
+void least_conn_agrees_on_random_history(std::uint64_t rebase_at, std::uint32_t seed) {
   std::mt19937 rng(seed);
   auto some_weight = [&] { return 100 * (1 + static_cast<std::uint32_t>(rng() % 4)); };
   std::vector<Candidate> c = test::random_candidates(rng, 40, some_weight);
@@ -151,13 +145,13 @@ void agree_on_random_history(std::uint64_t rebase_at, std::uint32_t seed) {
 }  // namespace
 
 TEST_CASE("least_conn: the heap picks exactly what a scan picks") {
-  for (std::uint32_t seed = 1; seed <= 5; ++seed) agree_on_random_history(LeastConnBalancer::kRebaseAt, seed);
+  for (std::uint32_t seed = 1; seed <= 5; ++seed) least_conn_agrees_on_random_history(LeastConnBalancer::kRebaseAt, seed);
 }
 
 TEST_CASE("least_conn: rebasing the tags keeps the heap and the scan in step") {
   // A tie advances a tag by at least 1024 (weight 100 000) and at most about
   // 10^7 (weight 10): rebases every few picks here.
-  for (std::uint32_t seed = 1; seed <= 3; ++seed) agree_on_random_history(50'000'000, seed);
+  for (std::uint32_t seed = 1; seed <= 3; ++seed) least_conn_agrees_on_random_history(50'000'000, seed);
 }
 
 TEST_CASE("least_conn: short connections to idle servers are shared by weight") {

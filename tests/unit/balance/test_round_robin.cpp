@@ -11,16 +11,6 @@
 
 using namespace sluice;
 
-namespace {
-
-std::string run(Balancer& b, test::Pool& pool, int picks) {
-  std::string seq;
-  for (int i = 0; i < picks; ++i) seq += static_cast<char>('a' + b.choose(pool.c, ""));
-  return seq;
-}
-
-}  // namespace
-
 TEST_CASE("round_robin: equal weights alternate") {
   test::Pool pool;
   pool.add("10.0.0.1:80");
@@ -68,7 +58,7 @@ namespace {
 // Two balancers, one answering from its heaps and one scanning, through one
 // random history of picks, eligibility and weight changes: the same nginx
 // sequence, pick for pick.
-void agree_on_random_history(std::int64_t rebase_at, std::uint32_t seed) {
+void round_robin_agrees_on_random_history(std::int64_t rebase_at, std::uint32_t seed) {
   std::mt19937 rng(seed);
   auto some_weight = [&] {
     return rng() % 4 == 0 ? 1 + static_cast<std::uint32_t>(rng() % 500) : 100 * (1 + static_cast<std::uint32_t>(rng() % 3));
@@ -107,9 +97,9 @@ void agree_on_random_history(std::int64_t rebase_at, std::uint32_t seed) {
 }  // namespace
 
 TEST_CASE("round_robin: the heaps give the scan's sequence exactly") {
-  for (std::uint32_t seed = 1; seed <= 4; ++seed) agree_on_random_history(RoundRobinBalancer::kRebaseAt, seed);
+  for (std::uint32_t seed = 1; seed <= 4; ++seed) round_robin_agrees_on_random_history(RoundRobinBalancer::kRebaseAt, seed);
 }
 
 TEST_CASE("round_robin: folding the rounds into the values changes nothing") {
-  for (std::uint32_t seed = 5; seed <= 7; ++seed) agree_on_random_history(7, seed);
+  for (std::uint32_t seed = 5; seed <= 7; ++seed) round_robin_agrees_on_random_history(7, seed);
 }

@@ -11,7 +11,7 @@ using namespace config_test;
 namespace {
 
 // Listener "l" on upstream "a" (lines 1-4), then the upstreams.
-const std::string kHead = "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstream = \"a\"\n";
+const std::string kFallbackHead = "[[listener]]\nname = \"l\"\nlisten = \"127.0.0.1:0\"\nupstream = \"a\"\n";
 
 std::string up(const std::string& name, const std::string& fallback, const std::string& address) {
   std::string text = "[upstream." + name + "]\n";
@@ -23,7 +23,7 @@ std::string up(const std::string& name, const std::string& fallback, const std::
 
 TEST_CASE("fallback names another upstream") {
   const sluice::Config c = sluice::parse_config(
-      kHead + up("a", "b", "10.0.0.1:5432") + up("b", "c", "10.0.0.2:5432") + up("c", "", "10.0.0.3:5432"), "x.toml");
+      kFallbackHead + up("a", "b", "10.0.0.1:5432") + up("b", "c", "10.0.0.2:5432") + up("c", "", "10.0.0.3:5432"), "x.toml");
   CHECK(c.upstreams.at("a").fallback == "b");
   CHECK(c.upstreams.at("b").fallback == "c");
   CHECK(c.upstreams.at("c").fallback.empty());
@@ -31,19 +31,19 @@ TEST_CASE("fallback names another upstream") {
 
 TEST_CASE("fallback: unknown names and loops are refused at the key") {
   check_cases({
-      {kHead + up("a", "nope", "10.0.0.1:1") + up("b", "", "10.0.0.2:1"),
+      {kFallbackHead + up("a", "nope", "10.0.0.1:1") + up("b", "", "10.0.0.2:1"),
        "x.toml:6:12: upstream \"a\": fallback \"nope\" is not defined; known upstreams: b"},
-      {kHead + up("a", "a", "10.0.0.1:1"),
+      {kFallbackHead + up("a", "a", "10.0.0.1:1"),
        "x.toml:6:12: upstream \"a\": fallback chain loops (a -> a): when every upstream in it is down, sessions "
        "would go round it; end the chain at an upstream without fallback"},
-      {kHead + up("a", "b", "10.0.0.1:1") + up("b", "a", "10.0.0.2:1"),
+      {kFallbackHead + up("a", "b", "10.0.0.1:1") + up("b", "a", "10.0.0.2:1"),
        "x.toml:6:12: upstream \"a\": fallback chain loops (a -> b -> a): when every upstream in it is down, "
        "sessions would go round it; end the chain at an upstream without fallback"},
       // The loop need not come back to the first upstream.
-      {kHead + up("a", "b", "10.0.0.1:1") + up("b", "c", "10.0.0.2:1") + up("c", "b", "10.0.0.3:1"),
+      {kFallbackHead + up("a", "b", "10.0.0.1:1") + up("b", "c", "10.0.0.2:1") + up("c", "b", "10.0.0.3:1"),
        "x.toml:6:12: upstream \"a\": fallback chain loops (a -> b -> c -> b): when every upstream in it is down, "
        "sessions would go round it; end the chain at an upstream without fallback"},
-      {kHead + up("a", "", "10.0.0.1:1") + "[upstream.b]\nfallback = 3\nservers = [{ address = \"10.0.0.2:1\" }]\n",
+      {kFallbackHead + up("a", "", "10.0.0.1:1") + "[upstream.b]\nfallback = 3\nservers = [{ address = \"10.0.0.2:1\" }]\n",
        "x.toml:8:12: upstream \"b\": fallback must be a string, got integer 3"},
   });
 }
@@ -92,7 +92,7 @@ TEST_CASE("routes on alpn") {
 }
 
 TEST_CASE("SNI hashing is checked on the upstreams a listener falls back to") {
-  const std::string text = kHead + up("a", "h", "10.0.0.1:1") +
+  const std::string text = kFallbackHead + up("a", "h", "10.0.0.1:1") +
                            "[upstream.h]\nbalance = \"hash\"\nhash_key = \"sni\"\nservers = [{ address = \"10.0.0.2:1\" }]\n";
   CHECK(error_of(text) ==
         "x.toml:10:12: upstream \"h\": hash_key = \"sni\" needs an SNI, but listener \"l\" uses this upstream "
@@ -101,7 +101,7 @@ TEST_CASE("SNI hashing is checked on the upstreams a listener falls back to") {
 }
 
 TEST_CASE("queue: a bounded wait behind max_conns, checked at its keys") {
-  const std::string head = kHead + "[upstream.a]\n";
+  const std::string head = kFallbackHead + "[upstream.a]\n";
   const std::string limited = "servers = [{ address = \"10.0.0.1:5432\", max_conns = 2 }]\n";
   const sluice::Config c = sluice::parse_config(head + "queue = 3\nqueue_timeout = \"250ms\"\n" + limited, "x.toml");
   CHECK(c.upstreams.at("a").queue == 3);

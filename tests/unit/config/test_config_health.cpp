@@ -15,7 +15,7 @@ using sluice::HealthConfig;
 namespace {
 
 // The health table's own lines start at line 4.
-const std::string kHead = "[upstream.u]\nservers = [{ address = \"127.0.0.1:9001\" }]\n[upstream.u.health]\n";
+const std::string kHealthHead = "[upstream.u]\nservers = [{ address = \"127.0.0.1:9001\" }]\n[upstream.u.health]\n";
 const std::string kCommon = "type, interval, timeout, rise, fall, jitter, port, initial, on_down, slow_start, all_down";
 
 // One bad health table: its lines after the type line, and where the loader
@@ -32,13 +32,13 @@ void check_health_cases(const std::string& type_line, const std::vector<HealthCa
   std::vector<Case> full;
   for (const auto& c : cases) {
     const std::string where = "x.toml:" + std::to_string(c.line) + ":" + std::to_string(c.column) + ": ";
-    full.push_back({kHead + type_line + c.body + kListenerL, where + "upstream \"u\" health: " + c.message});
+    full.push_back({kHealthHead + type_line + c.body + kListenerL, where + "upstream \"u\" health: " + c.message});
   }
   check_cases(full);
 }
 
 HealthConfig health_of(const std::string& body) {
-  const auto c = sluice::parse_config(kHead + body + kListenerL, "x.toml");
+  const auto c = sluice::parse_config(kHealthHead + body + kListenerL, "x.toml");
   REQUIRE(c.upstreams.at("u").health.has_value());
   return *c.upstreams.at("u").health;
 }
@@ -91,7 +91,7 @@ TEST_CASE("health: all_down may be written in the health table, and must then ag
   check_health_cases("", {
       {"all_down = \"open\"\n", 4, 12, "all_down must be one of fail_closed|fail_open, got \"open\""},
   });
-  const auto in_health = sluice::parse_config(kHead + "all_down = \"fail_open\"\n" + kListenerL, "x.toml");
+  const auto in_health = sluice::parse_config(kHealthHead + "all_down = \"fail_open\"\n" + kListenerL, "x.toml");
   CHECK(in_health.upstreams.at("u").all_down == sluice::AllDown::fail_open);
   const std::string both = "[upstream.u]\nall_down = \"fail_closed\"\nservers = [{ address = \"127.0.0.1:9001\" }]\n"
                            "[upstream.u.health]\nall_down = \"fail_open\"\n" + kListenerL;

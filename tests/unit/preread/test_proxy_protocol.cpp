@@ -12,7 +12,10 @@
 
 #include "preread/proxy_protocol.hpp"
 
+#include "bytes.hpp"
+
 using namespace sluice::preread;
+using sluice::test::bytes;
 
 namespace {
 
@@ -33,8 +36,6 @@ sockaddr_storage addr(const char* ip, std::uint16_t port) {
 }
 
 const sockaddr* sa(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
-
-std::vector<std::uint8_t> bytes(std::string_view s) { return {s.begin(), s.end()}; }
 
 std::string text_of(const sockaddr_storage& ss) {
   char buf[INET6_ADDRSTRLEN] = {};

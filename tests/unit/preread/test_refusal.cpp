@@ -6,12 +6,13 @@
 
 #include "preread/refusal.hpp"
 
+#include "bytes.hpp"
+
 using namespace sluice;
 using namespace sluice::preread;
+using sluice::test::bytes;
 
 namespace {
-
-std::vector<std::uint8_t> bytes(std::string_view s) { return {s.begin(), s.end()}; }
 
 std::string be32(std::uint32_t v) {
   return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};

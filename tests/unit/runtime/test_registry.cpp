@@ -23,7 +23,7 @@ Config parsed(const std::string& servers) {
   return parse_config(text, "t.toml");
 }
 
-std::shared_ptr<const Config> config_of(const std::string& servers) {
+std::shared_ptr<const Config> registry_config(const std::string& servers) {
   return std::make_shared<const Config>(parsed(servers));
 }
 
@@ -68,7 +68,7 @@ TEST_CASE("a server written another way is the same server: count, drain and wei
   Registry registry;
   const std::string long_form = R"({ address = "[0:0:0:0:0:0:0:1]:5001" }, { address = "127.0.0.1:5002" })";
   const std::string short_form = R"({ address = "[::1]:5001" }, { address = "127.0.0.1:5002" })";
-  auto a = Snapshot::build(config_of(long_form), registry, 1);
+  auto a = Snapshot::build(registry_config(long_form), registry, 1);
   Upstream& up_a = *a->find_upstream("pg");
   ServerState& v6 = up_a.server(0);
   TriedSet none;
@@ -77,7 +77,7 @@ TEST_CASE("a server written another way is the same server: count, drain and wei
   v6.set_admin(AdminState::drain);
   v6.set_weight_override(5, 1);
 
-  auto b = Snapshot::build(config_of(short_form), registry, 2);
+  auto b = Snapshot::build(registry_config(short_form), registry, 2);
   const Upstream& up_b = *b->find_upstream("pg");
   CHECK(&up_b.server(0) == &v6);
   CHECK(up_b.server(0).active == 1);
@@ -92,7 +92,7 @@ TEST_CASE("a server written another way is the same server: count, drain and wei
 TEST_CASE("a host name that resolves elsewhere after a reload is a new server") {
   Registry registry;
   const std::string servers = R"({ address = "127.0.0.1:5001" }, { address = "127.0.0.1:5002" })";
-  auto a = Snapshot::build(config_of(servers), registry, 1);
+  auto a = Snapshot::build(registry_config(servers), registry, 1);
   ServerState& before = a->find_upstream("pg")->server(0);
   ServerState& other = a->find_upstream("pg")->server(1);
   before.set_admin(AdminState::drain);
@@ -114,7 +114,7 @@ TEST_CASE("a host name that resolves elsewhere after a reload is a new server") 
   CHECK(ntohs(sin.sin_port) == 5001);
   // The old address was forgotten: going back to it starts afresh.
   CHECK(registry.servers().size() == 2);
-  auto c = Snapshot::build(config_of(servers), registry, 3);
+  auto c = Snapshot::build(registry_config(servers), registry, 3);
   CHECK(&c->find_upstream("pg")->server(0) != &before);
   CHECK(c->find_upstream("pg")->server(0).admin() == AdminState::enabled);
 }
@@ -131,10 +131,10 @@ TEST_CASE("the same address in two upstreams is two servers") {
 
 TEST_CASE("a retired server is listed while it has sessions and forgotten once no Snapshot holds it") {
   Registry registry;
-  auto a = Snapshot::build(config_of("{ address = \"127.0.0.1:5001\" }, { address = \"127.0.0.1:5002\" }"),
+  auto a = Snapshot::build(registry_config("{ address = \"127.0.0.1:5001\" }, { address = \"127.0.0.1:5002\" }"),
                            registry, 1);
   std::shared_ptr<ServerState> gone = a->find_upstream("pg")->member(0).state;
-  auto b = Snapshot::build(config_of("{ address = \"127.0.0.1:5002\" }"), registry, 2);
+  auto b = Snapshot::build(registry_config("{ address = \"127.0.0.1:5002\" }"), registry, 2);
   registry.retire("pg", gone);
   registry.retire("pg", gone);  // once is enough
   CHECK(registry.retired().empty());  // no session on it: nothing to show

@@ -3,6 +3,7 @@
 // pools of the pure balancer tests are shared from balance/pool.hpp.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -10,9 +11,14 @@
 
 #include "../balance/pool.hpp"
 #include "sluice/config.hpp"
+#include "sluice/time.hpp"
 #include "upstream/upstream.hpp"
 
 namespace sluice::test {
+
+// A fixed start for tests that pass the time in: an hour after the clock's
+// epoch, so that times before it are valid too.
+inline const TimePoint t0{std::chrono::hours(1)};
 
 inline ServerConfig server_config(const std::string& text, std::uint32_t weight = 1,
                                   std::uint32_t max_conns = 0, bool backup = false) {

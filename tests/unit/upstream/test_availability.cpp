@@ -7,6 +7,7 @@
 #include "upstream/availability.hpp"
 
 using namespace sluice;
+using sluice::test::t0;
 using namespace std::chrono_literals;
 
 namespace {
@@ -63,7 +64,6 @@ TEST_CASE("the breakdown names the largest group first; an empty pool says so") 
 
 TEST_CASE("one warning when the last server goes, one line when one is back, nothing in between") {
   OutageTracker t;
-  const TimePoint t0{std::chrono::hours(1)};
   Availability ok;
   ok.servers = 2;
   ok.eligible = 2;

@@ -4,13 +4,15 @@
 
 #include "upstream/passive_health.hpp"
 
+#include "fixture.hpp"
+
 using namespace sluice;
+using sluice::test::t0;
 using namespace std::chrono_literals;
 using State = PassiveHealth::State;
 
 namespace {
 
-const TimePoint t0{std::chrono::hours(1)};
 
 }  // namespace
 

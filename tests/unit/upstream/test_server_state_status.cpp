@@ -5,7 +5,10 @@
 
 #include "upstream/server_state.hpp"
 
+#include "fixture.hpp"
+
 using namespace sluice;
+using sluice::test::t0;
 using namespace std::chrono_literals;
 
 namespace {
@@ -20,7 +23,6 @@ Endpoint endpoint() {
 
 TEST_CASE("passive downtime ends when fail_timeout lets the server back, not when someone looks") {
   ServerState s("pg", endpoint(), 1, 10s);
-  const TimePoint t0{std::chrono::hours(1)};
   CHECK(s.downtime(t0) == 0ms);
   s.report(ConnectResult::failed, "connection refused", t0);
   CHECK(s.down_count() == 1);
@@ -74,40 +76,40 @@ TEST_CASE("raise_peak only ever raises") {
 
 TEST_CASE("standby: answers with another role; not eligible, not downtime") {
   ServerState s("pg", endpoint(), 0, 10s);
-  const TimePoint t0 = Clock::now();
+  const TimePoint began = Clock::now();
   s.set_active(ActiveState::standby, "role is standby, want primary");
   s.set_role("standby", 0.0);
-  CHECK_FALSE(s.eligible(t0));
-  CHECK_FALSE(s.takes_sessions(t0));
-  const ServerState::Status st = s.status(t0);
+  CHECK_FALSE(s.eligible(began));
+  CHECK_FALSE(s.takes_sessions(began));
+  const ServerState::Status st = s.status(began);
   CHECK(st.state == "standby");
   CHECK(st.role == "standby");
   REQUIRE(st.lag_seconds);
   CHECK(*st.lag_seconds == 0.0);
   CHECK(s.down_count() == 0);
-  CHECK(s.downtime(t0 + 5s) == 0ms);
+  CHECK(s.downtime(began + 5s) == 0ms);
   s.set_active(ActiveState::down, "connect refused");
-  CHECK(s.status(t0).state == "down");
+  CHECK(s.status(began).state == "down");
   CHECK(s.down_count() == 1);
 }
 
 TEST_CASE("fenced: no session until the fence is lifted; the status names who serves and why") {
   ServerState s("pg", endpoint(), 0, 10s);
-  const TimePoint t0 = Clock::now();
+  const TimePoint began = Clock::now();
   s.set_active(ActiveState::up, "role is primary");
-  CHECK(s.eligible(t0));
+  CHECK(s.eligible(began));
   s.fence(FenceKind::lost, "127.0.0.1:5002", "127.0.0.1:5002 also says it is the primary; timeline 2 > timeline 1");
   CHECK(s.fenced());
-  CHECK_FALSE(s.eligible(t0));
+  CHECK_FALSE(s.eligible(began));
   CHECK_FALSE(s.awaited());
-  ServerState::Status st = s.status(t0);
+  ServerState::Status st = s.status(began);
   CHECK(st.state == "fenced");
   CHECK(st.fenced_by == "127.0.0.1:5002");
   CHECK(st.fence_reason.find("timeline 2 > timeline 1") != std::string::npos);
-  CHECK(s.downtime(t0 + 5s) == 0ms);
+  CHECK(s.downtime(began + 5s) == 0ms);
   s.unfence("it no longer says it is the primary");
-  CHECK(s.eligible(t0));
-  st = s.status(t0);
+  CHECK(s.eligible(began));
+  st = s.status(began);
   CHECK(st.state == "up");
   CHECK(st.fenced_by.empty());
   // A failover under way: clients may wait for what comes next.

@@ -15,11 +15,11 @@
 #include "upstream/upstream.hpp"
 
 using namespace sluice;
+using sluice::test::t0;
 using namespace std::chrono_literals;
 
 namespace {
 
-const TimePoint t0{std::chrono::hours(1)};
 
 // Routes the default logger into a string for the lifetime of the object.
 class LogCapture {

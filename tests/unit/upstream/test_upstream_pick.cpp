@@ -10,6 +10,7 @@
 #include "fixture.hpp"
 
 using namespace sluice;
+using sluice::test::t0;
 
 namespace {
 
@@ -25,7 +26,6 @@ UpstreamConfig least_conn_config(std::vector<ServerConfig> servers) {
   return c;
 }
 
-const TimePoint t0{std::chrono::hours(1)};
 
 }  // namespace
 
