@@ -117,11 +117,17 @@ run_step() {  # name, command...
   report_step "$1"
 }
 
-unit_tests() {  # build dir, label
-  local dir=$1 label=$2 t
-  for t in "$dir"/tests/unit/*/test_*; do
+# Each unit-test program as a step of its own: step function (run_step
+# prints it, exec_step only records it), label, the environment, then --
+# and the programs.
+unit_tests() {
+  local step=$1 label=$2; shift 2
+  local envs=() t
+  while [[ $# -gt 0 && "$1" != "--" ]]; do envs+=("$1"); shift; done
+  shift
+  for t in "$@"; do
     [[ -x "$t" && -f "$t" ]] || continue
-    run_step "$label unit $(basename "$t" | sed 's/^test_//')" "$t"
+    "$step" "$label unit $(basename "$t" | sed 's/^test_//')" env "${envs[@]}" "$t"
   done
 }
 
@@ -310,10 +316,7 @@ lane_two() {
     return
   fi
   if built asan; then
-    for t in build-asan/tests/unit/*/test_*; do
-      [[ -x "$t" && -f "$t" ]] || continue
-      exec_step "asan+ubsan unit $(basename "$t" | sed 's/^test_//')" env "${asan_env[@]}" "$t"
-    done
+    unit_tests exec_step asan+ubsan "${asan_env[@]}" -- build-asan/tests/unit/*/test_*
     exec_step "asan+ubsan e2e and integration test_a* to test_e*, copy" \
       pytest_suite build-asan "${asan_env[@]}" -- "${asan_first[@]}"
     exec_step "asan+ubsan tests that move bytes, splice = pipe" \
@@ -342,10 +345,7 @@ tsan_steps() {
     # test reads; halt_on_error makes the process fail its test as well.
     # Suppressions only for reports inside third-party libraries (see the file).
     tsan_env="TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 log_path=$reports/tsan suppressions=$PWD/tools/tsan.supp"
-    local t
-    for t in "${tsan_units[@]}"; do
-      exec_step "tsan unit $(basename "$t" | sed 's/^test_//')" env "$tsan_env" "build-tsan/$t"
-    done
+    unit_tests exec_step tsan "$tsan_env" -- "${tsan_units[@]/#/build-tsan/}"
     exec_step "tsan integration+e2e (threads sharing state)" \
       pytest_suite build-tsan "$tsan_env" -- "${tsan_tests[@]}"
     exec_step "tsan reports" no_tsan_reports "$reports"
@@ -365,7 +365,7 @@ if [[ $serial -eq 0 ]]; then
   fi
 fi
 
-unit_tests build-ci "default build"
+unit_tests run_step "default build" -- build-ci/tests/unit/*/test_*
 run_step "default build integration+e2e, splice = pipe" \
   pytest_suite build-ci SLUICE_TEST_SPLICE=pipe -- tests/integration tests/e2e
 
