@@ -12,7 +12,8 @@ and sluice/nginx are printed next to them.
 
 --latency, --storm and --capacity replace the loads with open-loop latency
 at fixed offered rates, changes under load, and the highest rate each system
-serves within a p99 bound (tools/openloop.py).
+serves within a p99 bound; --phases, where sluice's slowest sessions lose
+their time (tools/openloop.py).
 
 The script builds nothing: point it at a sluice binary and a loadgen binary.
 It only ever signals processes it started itself, by PID.
@@ -366,13 +367,15 @@ def sluice_config(listen_port, plain=None, tls=None, balance="least_conn", setti
     # A variant's `workers` and `control_cpu` go to [global]; its
     # tcp_keepalive replaces ours.
     workers = [x for x in settings if x.startswith("workers")] or ["workers = 1"]
-    workers += [x for x in settings if x.startswith("control_cpu")]
+    workers += [x for x in settings if x.startswith(("control_cpu", "log_phases"))]
+    access_log = [x for x in settings if x.startswith("access_log")] or ['access_log = "off"']
     keepalive = [x for x in settings if x.startswith("tcp_keepalive")] or ["tcp_keepalive = false"]
-    settings = [x for x in settings if not x.startswith(("workers", "control_cpu", "tcp_keepalive"))]
+    settings = [x for x in settings if not x.startswith(("workers", "control_cpu", "log_phases", "access_log",
+                                                           "tcp_keepalive"))]
     out = [
         "[global]",
         *workers,
-        'access_log = "off"',
+        *access_log,
         'log_level = "error"',
         "",
         "[[listener]]",
@@ -509,7 +512,7 @@ class Proxy:
     """One running proxy instance, fresh for every load."""
 
     def __init__(self, procs, system, binary, workdir, tag, plain=None, tls=None,
-                 balance="least_conn", fault_servers=None, sluice_tail=()):
+                 balance="least_conn", fault_servers=None, sluice_tail=(), sluice_settings=None):
         self.procs = procs
         self.port = free_port()
         # A second listener in front of `fault_servers`, on the same worker.
@@ -521,8 +524,8 @@ class Proxy:
         peer = PEER_VARIANTS.get(system, {})
         if system in ("sluice", "sluice-base") or system in VARIANT_SYSTEMS:
             path = os.path.join(conf_dir, "sluice.toml")
-            text = sluice_config(self.port, plain, tls, balance, VARIANT_SYSTEMS.get(system, ()), fault,
-                                 sluice_tail)
+            settings = VARIANT_SYSTEMS.get(system, ()) if sluice_settings is None else sluice_settings
+            text = sluice_config(self.port, plain, tls, balance, settings, fault, sluice_tail)
             argv = [binary, "-c", path]
         elif system.startswith("haproxy"):
             path = os.path.join(conf_dir, "haproxy.cfg")
@@ -1573,6 +1576,10 @@ def parse_args():
                     help="instead of the loads: for each system the highest offered rate whose p99 "
                          "stays under 1 ms and under 10 ms, short connections and keep-alive "
                          "(tools/openloop.py)")
+    ap.add_argument("--phases", action="store_true",
+                    help="instead of the loads: sluice alone with [global] log_phases, short connections "
+                         "at 50/75/90 %% of its highest rate; where the slowest 0.1 %% of sessions lose "
+                         "their time against the median (tools/openloop.py)")
     ap.add_argument("--realtime", action="store_true",
                     help="--latency/--storm: run proxies, generator and backends under SCHED_RR "
                          "(needs the privilege; for a machine busy with other work)")
@@ -1587,7 +1594,7 @@ def parse_args():
         args.systems.insert(1, "sluice-base")
     bad = [s for s in args.systems if s not in ALL_SYSTEMS and s not in VARIANT_SYSTEMS
            and s != NGINX_HALF_CLOSE and s not in PEER_VARIANTS
-           and not (s == "direct" and (args.latency or args.storm or args.capacity))
+           and not (s == "direct" and (args.latency or args.storm or args.capacity or args.phases))
            and not (s == "sluice-base" and args.sluice_base)] + \
           [l for l in args.load_list if l not in ALL_LOADS]
     if bad:
@@ -1654,7 +1661,7 @@ def main():
                 **{name: args.nginx if name.startswith("nginx") else args.haproxy for name in PEER_VARIANTS}}
     if args.pin_loadgen:
         LOADGEN_PREFIX[:] = ["taskset", "-c", args.pin_loadgen]
-    if args.latency or args.storm or args.capacity:
+    if args.latency or args.storm or args.capacity or args.phases:
         import openloop
         return openloop.main(sys.modules[__name__], args, binaries)
     profile = PROFILES[args.profile]

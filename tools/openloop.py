@@ -516,6 +516,109 @@ def run_capacity(b, ctx):
     return result
 
 
+# --------------------------------------------------------------------------
+# --phases
+
+PHASE_FRACTIONS = (0.5, 0.75, 0.9)
+# The access record's phase fields ([global] log_phases), in the order a
+# session reaches them; turn_us is the loop turn's work before the accept.
+PHASE_FIELDS = ("turn_us", "pick_us", "connect_us", "connected_us", "first_in_us", "first_out_us",
+                "close_us")
+SLOWEST = 0.001
+
+
+def phase_records(path, offset):
+    """The complete access records written after `offset`: dicts of the
+    phase fields (int), and the new offset."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    records = []
+    for line in data[:end].decode(errors="replace").splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split(" ")[1:] if "=" in kv)
+        if all(k in fields for k in PHASE_FIELDS):
+            records.append({k: int(fields[k]) for k in PHASE_FIELDS + ("turn_events",)})
+    return records, offset + end
+
+
+def phase_summary(records):
+    """Median of each field over all sessions that got an answer, and over
+    the slowest 0.1 % of them by the time to the server's first byte."""
+    answered = [r for r in records if r["first_out_us"] >= 0]
+    answered.sort(key=lambda r: r["first_out_us"])
+    n_slow = max(1, int(len(answered) * SLOWEST))
+    slow = answered[-n_slow:]
+    keys = PHASE_FIELDS + ("turn_events",)
+
+    def med(rs, k):
+        vals = [r[k] for r in rs if r[k] >= 0]
+        return statistics.median(vals) if vals else -1
+
+    return {"sessions": len(records), "answered": len(answered), "slowest": n_slow,
+            "median": {k: med(answered, k) for k in keys},
+            "slow": {k: med(slow, k) for k in keys},
+            "slow_max": {k: max((r[k] for r in slow), default=-1) for k in keys}}
+
+
+def run_phases(b, ctx):
+    """sluice alone, with log_phases and its access log in a file, short
+    connections at PHASE_FRACTIONS of its own closed-loop highest rate (with
+    the log on); per rate, each phase's median over all sessions against its
+    median over the slowest 0.1 %."""
+    prof = ctx.oprofile
+    log_path = os.path.join(ctx.workdir, "phases.access.log")
+    proxy = b.Proxy(ctx.procs, "sluice", ctx.binaries["sluice"], ctx.workdir, "phases",
+                    plain=ctx.backends.echo,
+                    sluice_settings=["log_phases = true", f'access_log = "{log_path}"'])
+    place_proxy(ctx, "sluice", proxy.proc.pid)
+    result = {"steps": []}
+    try:
+        r = _prefixed(b, ctx, ["conn", "--target", f"127.0.0.1:{proxy.port}", "--duration",
+                               str(prof["max_s"]), "--concurrency", "32", "--payload", str(SIZE)],
+                      prof["max_s"] + 60)
+        result["max"] = r["rate"]
+        ctx.log(f"sluice (log_phases) conn closed-loop max {r['rate']:.0f}/s")
+        time.sleep(0.5)
+        _, offset = phase_records(log_path, 0)
+        for frac in PHASE_FRACTIONS:
+            rate = result["max"] * frac
+            for rnd in range(ctx.repeat):
+                seg = timed_segment(b, ctx, "conn", proxy.port, rate, prof["step_s"])
+                time.sleep(0.5)  # the last sessions' records reach the file
+                records, offset = phase_records(log_path, offset)
+                summary = phase_summary(records)
+                step = {"fraction": frac, "rate": rate, "round": rnd + 1, "client": seg,
+                        "phases": summary}
+                result["steps"].append(step)
+                ctx.log(f"sluice conn {frac:4.0%} {rate:8.0f}/s round {rnd + 1}: client p50 "
+                        f"{seg['p50_us']:.0f} p99 {seg['p99_us']:.0f} p99.9 {seg['p999_us']:.0f} µs, "
+                        f"{summary['answered']} sessions answered, SYNs dropped {seg['overflows']}, "
+                        f"steal {seg['steal'] * 1e3:.0f} ms/s")
+                if not proxy.alive():
+                    raise b.BenchError("sluice exited: " + b.tail(proxy.log))
+    finally:
+        proxy.stop()
+    return result
+
+
+def print_phases(result):
+    print(f"\n## Where the slowest sessions' time goes (short connections, sluice with log_phases; "
+          f"closed-loop highest rate {result['max']:.0f}/s)\n")
+    print("Microseconds after accept4() returned the connection (turn_us: how long the loop turn had "
+          "run before it). Median over all answered sessions / median over the slowest 0.1 % by "
+          "first_out_us (worst of them).\n")
+    cols = PHASE_FIELDS + ("turn_events",)
+    print("| load | round | client p99 / p99.9 µs | sessions (slowest) | "
+          + " | ".join(c.replace("_us", "") for c in cols) + " |")
+    print("|---|---|---|---|" + "---|" * len(cols))
+    for st in result["steps"]:
+        p, c = st["phases"], st["client"]
+        cells = [f"{p['median'][k]:.0f} / {p['slow'][k]:.0f} ({p['slow_max'][k]:.0f})" for k in cols]
+        print(f"| {st['fraction']:.0%} ({st['rate']:.0f}/s) | {st['round']} | {c['p99_us']:.0f} / "
+              f"{c['p999_us']:.0f} | {p['answered']} ({p['slowest']}) | " + " | ".join(cells) + " |")
+
+
 def print_capacity(result, systems):
     systems = [s for s in systems if s != "direct"]
     print("\n## Capacity: the highest offered rate within a p99 bound\n")
@@ -963,6 +1066,8 @@ def main(b, args, binaries):
             out["scale"] = out["latency"]["scale"]
         if args.capacity:
             out["capacity"] = run_capacity(b, ctx)
+        if args.phases:
+            out["phases"] = run_phases(b, ctx)
         if args.storm:
             if "scale" not in out:
                 out["scale"] = measure_scale(b, ctx)
@@ -991,6 +1096,8 @@ def main(b, args, binaries):
             draw_latency(out["latency"], args.chart, title)
     if "capacity" in out:
         print_capacity(out["capacity"], ctx.systems)
+    if "phases" in out:
+        print_phases(out["phases"])
     if "storm" in out:
         print_storm(out["storm"], out["scale"])
         out["storm"] = {f"{s}/{c}": r for (s, c), r in out["storm"].items()}

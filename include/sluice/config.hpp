@@ -53,6 +53,7 @@ struct GlobalConfig {
   std::string access_log = "stderr";     // path, "stderr", "stdout" or "off"
   std::string access_log_format = "text"; // "text" | "json"
   Duration log_interval{0};              // interim access records for long sessions; 0 = off
+  bool log_phases = false;               // access records give each phase's time (microseconds)
   Duration drain_timeout{0};             // default for upstreams (see UpstreamConfig)
   // On SIGTERM: GET /ready answers 503 at once, listeners keep accepting
   // this long, then the graceful stop begins (a front tier's notice period).

@@ -234,7 +234,7 @@ class Parser {
   GlobalConfig parse_global(const toml::table& table) {
     TableReader r(table, "[global]", path_);
     r.reject_unknown_keys({"workers", "max_connections", "shutdown_timeout", "log_level", "error_log", "access_log",
-                           "access_log_format", "log_interval", "drain_timeout", "shutdown_delay", "pid_file",
+                           "access_log_format", "log_interval", "log_phases", "drain_timeout", "shutdown_delay", "pid_file",
                            "upgrade_timeout", "upgrade_finish_timeout", "close_spread", "watch_config", "control_cpu"});
     GlobalConfig g;
     if (auto v = r.integer("workers", 0, 256)) g.workers = static_cast<unsigned>(*v);
@@ -286,6 +286,7 @@ class Parser {
       g.close_spread_set = true;
     }
     if (auto v = r.boolean("watch_config")) g.watch_config = *v;
+    if (auto v = r.boolean("log_phases")) g.log_phases = *v;
     if (auto v = r.integer("control_cpu", 0, 1023)) g.control_cpu = static_cast<int>(*v);
     return g;
   }

@@ -24,6 +24,22 @@ void append_field(std::string& out, std::string_view key, std::string_view value
 
 std::string_view cause_text(const AccessRecord& r) { return r.interim ? "interim" : to_string(r.cause); }
 
+constexpr std::string_view kPhaseNames[kPhases] = {"pick", "connect", "connected", "first_in", "first_out", "close"};
+
+// ` turn_us=.. turn_events=.. pick_us=..` (text) or `,"turn_us":..` (JSON).
+void append_phases(std::string& out, const PhaseTimes& p, bool json) {
+  const auto field = [&](std::string_view name, std::string_view suffix, long long v) {
+    if (json) {
+      out += fmt::format(",\"{}{}\":{}", name, suffix, v);
+    } else {
+      out += fmt::format(" {}{}={}", name, suffix, v);
+    }
+  };
+  field("turn", "_us", p.turn_us);
+  field("turn", "_events", p.turn_events);
+  for (std::size_t i = 0; i < kPhases; ++i) field(kPhaseNames[i], "_us", p.at_us[i]);
+}
+
 }  // namespace
 
 AccessLog::AccessLog(const std::string& target, const std::string& format) : json_(format == "json") {
@@ -51,6 +67,7 @@ std::string AccessLog::format_text(const AccessRecord& r) {
   append_field(out, " alpn", r.alpn);
   out += fmt::format(" tries={} fallback={} bytes_in={} bytes_out={} connect_ms={} duration_ms={} cause={}", r.tries,
                      r.fallback ? 1 : 0, r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, cause_text(r));
+  if (r.phases != nullptr) append_phases(out, *r.phases, false);
   return out;
 }
 
@@ -71,6 +88,7 @@ std::string AccessLog::format_json(const AccessRecord& r) {
       ",\"tries\":{},\"fallback\":{},\"bytes_in\":{},\"bytes_out\":{},\"connect_ms\":{},\"duration_ms\":{},"
       "\"cause\":\"{}\"",
       r.tries, r.fallback, r.bytes_in, r.bytes_out, r.connect_ms, r.duration_ms, cause_text(r));
+  if (r.phases != nullptr) append_phases(out, *r.phases, true);
   return out;
 }
 

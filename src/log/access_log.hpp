@@ -2,6 +2,7 @@
 // (and, with log_interval, interim records while a long session runs).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +16,20 @@ class logger;
 }
 
 namespace sluice {
+
+// The moments of a session that an access record gives with [global]
+// log_phases, in microseconds after accept4() returned its connection.
+enum class Phase : std::uint8_t { pick, connect, connected, first_in, first_out, close };
+inline constexpr std::size_t kPhases = 6;
+
+// Where a session's time went, for the slowest against the median.
+struct PhaseTimes {
+  std::int32_t at_us[kPhases];  // per Phase; -1 where the session never got there
+  // The worker's loop turn that accepted the connection: how long it had
+  // run before this accept, and how many events its wait returned.
+  std::int32_t turn_us = -1;
+  std::uint32_t turn_events = 0;
+};
 
 struct AccessRecord {
   std::string_view listener;
@@ -31,6 +46,7 @@ struct AccessRecord {
   std::int64_t duration_ms = 0;
   Cause cause = Cause::none;
   bool interim = false;      // a long session's progress record (log_interval): cause is "interim"
+  const PhaseTimes* phases = nullptr;  // with log_phases only
 };
 
 class AccessLog {

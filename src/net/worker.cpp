@@ -247,6 +247,7 @@ void Worker::apply_update(WorkerCommand& c) {
     return;
   }
   snapshot_ = std::move(c.snapshot);
+  reactor_->set_timing(snapshot_->config->global.log_phases);
   for (std::uint64_t id : c.close) {
     for (auto& l : listeners_) {
       if (l->id == id && !l->removing) close_listener(*l);

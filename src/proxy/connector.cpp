@@ -104,6 +104,7 @@ void Connector::attempt() {
 }
 
 void Connector::connect_to(long idx, std::uint64_t now) {
+  session_.mark(Phase::pick);  // a server is chosen (kept from the first attempt)
   const ListenerConfig& lc = session_.listener_config();
   tried_.add(static_cast<std::size_t>(idx));
   index_ = idx;
@@ -135,6 +136,7 @@ void Connector::connect_to(long idx, std::uint64_t now) {
     return;
   }
   leg.registered = true;
+  session_.mark(Phase::connect);
   deadline_ms_ = now + timer_ms(lc.connect_timeout);
   session_.arm_timer();
 }

@@ -99,6 +99,7 @@ void Pump::pull() {
       if (static_cast<std::size_t>(n) < Buffer::kSize && !src->rdhup) src->readable = false;
       b->end = static_cast<std::uint32_t>(n);
       session->touch();
+      session->mark_read(src_is_client);
       const bool full = static_cast<std::size_t>(n) == Buffer::kSize;
       if (!deliver(b)) return;
       // A read that filled a whole buffer, well into a session: a stream

@@ -91,10 +91,19 @@ class Reactor {
   // EINTR).
   int run_once(int timeout_ms);
 
+  // With timing on ([global] log_phases), each wait's end is read from the
+  // monotonic clock (uv_hrtime) for the sessions accepted in its turn.
+  void set_timing(bool on) { timing_ = on; }
+  std::uint64_t woke_ns() const { return woke_ns_; }  // 0 until a timed wait ended
+  int last_events() const { return last_events_; }
+
  private:
   int epfd_ = -1;
   uv_loop_t* loop_;
   Deferred* deferred_ = nullptr;
+  std::uint64_t woke_ns_ = 0;
+  int last_events_ = 0;
+  bool timing_ = false;
 };
 
 }  // namespace sluice

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
-
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include <spdlog/spdlog.h>
@@ -57,11 +57,32 @@ struct Session::Extra {
   // session carries neither (every idle session would pay 16 bytes).
   std::uint64_t counted_in = 0;
   std::uint64_t counted_out = 0;
+  // log_phases: each phase's time after phase_base_ns (uv_hrtime at accept).
+  std::uint64_t phase_base_ns = 0;
+  PhaseTimes phases{};
 };
 
 Session::Extra& Session::extra() {
   if (!extra_) extra_ = std::make_unique<Extra>();
   return *extra_;
+}
+
+void Session::start_timing() {
+  timed_ = true;
+  Extra& x = extra();
+  x.phase_base_ns = uv_hrtime();
+  std::fill(std::begin(x.phases.at_us), std::end(x.phases.at_us), -1);
+  const Reactor& r = reactor();
+  if (r.woke_ns() != 0 && r.woke_ns() <= x.phase_base_ns) {
+    x.phases.turn_us = static_cast<std::int32_t>(std::min<std::uint64_t>((x.phase_base_ns - r.woke_ns()) / 1000, INT32_MAX));
+  }
+  x.phases.turn_events = static_cast<std::uint32_t>(r.last_events());
+}
+
+void Session::mark_phase(Phase p) {
+  std::int32_t& at = extra_->phases.at_us[static_cast<std::size_t>(p)];
+  if (at >= 0) return;
+  at = static_cast<std::int32_t>(std::min<std::uint64_t>((uv_hrtime() - extra_->phase_base_ns) / 1000, INT32_MAX));
 }
 
 const std::string& Session::sni() const {
@@ -154,6 +175,7 @@ void Session::begin() {
   uv_loop_t* loop = host_.loop();
   start_ms_ = uv_now(loop);
   last_activity_ms_ = start_ms_;
+  if (snapshot_->config->global.log_phases) start_timing();
   if (lv_.config->accept_proxy) {
     // Only trusted peers may say who the client is. The ACL and the
     // per-client limits wait for the address the header carries.
@@ -397,6 +419,7 @@ void Session::read_preread() {
     const ssize_t n = ::recv(client_.fd, b->data, Buffer::kSize, 0);
     if (n > 0) {
       if (static_cast<std::size_t>(n) < Buffer::kSize && !client_.rdhup) client_.readable = false;
+      mark_read(true);
       on_preread_data(b->data, static_cast<std::size_t>(n));
       pool().put(b);
       continue;
@@ -538,6 +561,7 @@ Leg& Session::open_server(int fd) {
 void Session::close_server_for_retry() { server_.close(false); }
 
 void Session::on_connected() {
+  mark(Phase::connected);
   connected_ms_ = uv_now(host_.loop());
   connected_ = true;
   if (const Duration every = snapshot_->config->global.log_interval; every.count() > 0) {
@@ -1000,6 +1024,10 @@ void Session::write_access_record(bool interim) {
   r.duration_ms = static_cast<std::int64_t>(now - start_ms_);
   r.cause = cause_;
   r.interim = interim;
+  if (timed_) {
+    if (!interim) mark(Phase::close);
+    r.phases = &extra_->phases;
+  }
   snapshot_->access_log->write(r);
 }
 

@@ -18,6 +18,7 @@
 
 #include <netinet/in.h>
 
+#include "log/access_log.hpp"
 #include "proxy/connector.hpp"
 #include "proxy/leg.hpp"
 #include "proxy/preread_stage.hpp"
@@ -144,6 +145,16 @@ class Session {
   }
   bool closing() const { return state_ == State::closing; }
 
+  // [global] log_phases: the first time the session reaches `p`, for its
+  // access record. One test of a flag when off.
+  void mark(Phase p) {
+    if (timed_) mark_phase(p);
+  }
+  // Bytes were read from the client (first_in) or from the server (first_out).
+  void mark_read(bool from_client) {
+    if (timed_) mark_phase(from_client ? Phase::first_in : Phase::first_out);
+  }
+
   // Intrusive list owned by the host.
   Session* prev = nullptr;
   Session* next = nullptr;
@@ -230,6 +241,7 @@ class Session {
   bool spliced_ = false;           // the splicer has the sockets
   bool server_keepalive_ = false;  // the server leg's TCP keepalive is set (see arm_timer)
   bool unmovable_ = false;         // a binary upgrade's new process declined it: not offered again
+  bool timed_ = false;             // log_phases: the phases are in extra_->phases
   Cause moving_end_ = Cause::none;  // an end asked for while moving; happens if it stays
 
   Pump c2s_;
@@ -263,6 +275,8 @@ class Session {
   struct Extra;
   std::unique_ptr<Extra> extra_;
   Extra& extra();
+  void start_timing();
+  void mark_phase(Phase p);
   const std::string& sni() const;   // empty without a preread
   const std::string& alpn() const;
 };

@@ -97,6 +97,7 @@ bool Splicer::run(Lane& l) {
       if (n > 0) {
         l.in_pipe += static_cast<std::size_t>(n);
         progress = true;
+        s->mark_read(p.src_is_client);
       } else if (n == 0) {
         l.src->readable = false;
         p.eof = true;

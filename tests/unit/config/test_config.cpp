@@ -21,7 +21,7 @@ namespace {
 
 const std::string kGlobalKeys =
     "allowed: workers, max_connections, shutdown_timeout, log_level, error_log, access_log, access_log_format, "
-    "log_interval, drain_timeout, shutdown_delay, pid_file, upgrade_timeout, upgrade_finish_timeout, close_spread, "
+    "log_interval, log_phases, drain_timeout, shutdown_delay, pid_file, upgrade_timeout, upgrade_finish_timeout, close_spread, "
     "watch_config, control_cpu";
 const std::string kListenerKeys =
     "allowed: name, listen, upstream, connect_timeout, idle_timeout, tries, next_upstream_timeout, fin_timeout, "

@@ -146,3 +146,12 @@ TEST_CASE("[global]: close_spread and watch_config") {
        "x.toml:2:16: [global]: watch_config must be a boolean (true or false), got string \"yes\""},
   });
 }
+
+TEST_CASE("[global]: log_phases, off unless set") {
+  CHECK(!sluice::parse_config(kTail, "x.toml").global.log_phases);
+  CHECK(sluice::parse_config("[global]\nlog_phases = true\n" + kTail, "x.toml").global.log_phases);
+  check_cases({
+      {"[global]\nlog_phases = 1\n" + kTail,
+       "x.toml:2:14: [global]: log_phases must be a boolean (true or false), got integer 1"},
+  });
+}

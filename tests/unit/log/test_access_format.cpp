@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "log/access_log.hpp"
@@ -40,4 +42,29 @@ TEST_CASE("a JSON record has no raw control bytes") {
   const std::string body = AccessLog::format_json(hostile());
   for (char c : body) CHECK(static_cast<unsigned char>(c) >= 0x20);
   CHECK(body.find("\"alpn\":\"h2\\n2026") != std::string::npos);
+}
+
+TEST_CASE("without log_phases a record has no phase fields") {
+  const std::string line = AccessLog::format_text(hostile());
+  CHECK(line.find("_us=") == std::string::npos);
+  CHECK(AccessLog::format_json(hostile()).find("_us\"") == std::string::npos);
+}
+
+TEST_CASE("log_phases: the loop turn, then each phase in microseconds, -1 where not reached") {
+  sluice::PhaseTimes p{};
+  std::fill(std::begin(p.at_us), std::end(p.at_us), -1);
+  p.turn_us = 7;
+  p.turn_events = 3;
+  p.at_us[static_cast<std::size_t>(sluice::Phase::pick)] = 12;
+  p.at_us[static_cast<std::size_t>(sluice::Phase::connect)] = 30;
+  p.at_us[static_cast<std::size_t>(sluice::Phase::close)] = 900;
+  AccessRecord r = hostile();
+  r.phases = &p;
+  const std::string line = AccessLog::format_text(r);
+  CHECK(line.ends_with(" cause=client_closed turn_us=7 turn_events=3 pick_us=12 connect_us=30 connected_us=-1"
+                       " first_in_us=-1 first_out_us=-1 close_us=900"));
+  const std::string body = AccessLog::format_json(r);
+  CHECK(body.ends_with(",\"cause\":\"client_closed\",\"turn_us\":7,\"turn_events\":3,\"pick_us\":12,"
+                       "\"connect_us\":30,\"connected_us\":-1,\"first_in_us\":-1,\"first_out_us\":-1,"
+                       "\"close_us\":900"));
 }
