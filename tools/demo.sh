@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh --build   # only what building and running needs; tools/test.sh adds the rest
 echo "building..."
-tools/build.sh build-demo -Dbuildtype=release -Dtests=false -Dtools=false
+tools/build.sh build-demo -Dbuildtype=release -Dtests=false -Dtools=false -Dunity=on -Dunity_size=8
 /usr/bin/python3 tools/demo_backends.py 9101 9102 9103 &
 backends=$!
 trap 'kill "$backends" 2>/dev/null || true' EXIT
