@@ -524,6 +524,7 @@ PHASE_FRACTIONS = (0.5, 0.75, 0.9)
 # session reaches them; turn_us is the loop turn's work before the accept.
 PHASE_FIELDS = ("turn_us", "pick_us", "connect_us", "connected_us", "first_in_us", "first_out_us",
                 "close_us")
+PHASE_COLUMNS = PHASE_FIELDS + ("turn_events",)  # every number a record's phases give
 SLOWEST = 0.001
 
 
@@ -538,7 +539,7 @@ def phase_records(path, offset):
     for line in data[:end].decode(errors="replace").splitlines():
         fields = dict(kv.split("=", 1) for kv in line.split(" ")[1:] if "=" in kv)
         if all(k in fields for k in PHASE_FIELDS):
-            records.append({k: int(fields[k]) for k in PHASE_FIELDS + ("turn_events",)})
+            records.append({k: int(fields[k]) for k in PHASE_COLUMNS})
     return records, offset + end
 
 
@@ -549,7 +550,7 @@ def phase_summary(records):
     answered.sort(key=lambda r: r["first_out_us"])
     n_slow = max(1, int(len(answered) * SLOWEST))
     slow = answered[-n_slow:]
-    keys = PHASE_FIELDS + ("turn_events",)
+    keys = PHASE_COLUMNS
 
     def med(rs, k):
         vals = [r[k] for r in rs if r[k] >= 0]
@@ -608,7 +609,7 @@ def print_phases(result):
     print("Microseconds after accept4() returned the connection (turn_us: how long the loop turn had "
           "run before it). Median over all answered sessions / median over the slowest 0.1 % by "
           "first_out_us (worst of them).\n")
-    cols = PHASE_FIELDS + ("turn_events",)
+    cols = PHASE_COLUMNS
     print("| load | round | client p99 / p99.9 µs | sessions (slowest) | "
           + " | ".join(c.replace("_us", "") for c in cols) + " |")
     print("|---|---|---|---|" + "---|" * len(cols))

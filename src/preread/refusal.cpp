@@ -4,12 +4,12 @@
 #include <optional>
 
 #include "preread/client_hello.hpp"
+#include "preread/postgres.hpp"
 
 namespace sluice::preread {
 
 namespace {
 
-constexpr std::uint32_t kPgSslRequest = 80877103;  // 1234 << 16 | 5679
 constexpr std::uint32_t kPgGssEncRequest = 80877104;
 constexpr std::uint32_t kPgCancelRequest = 80877102;
 constexpr std::size_t kMaxName = 64;  // of an upstream's name in a message
@@ -276,7 +276,7 @@ Refusal::Step Refusal::feed_postgres() {
     if (head_.size() < len) return step;
     const std::uint32_t code = be32(head_.data() + 4);
     if (code == kPgCancelRequest) return {Status::done, std::move(step.send)};
-    if (len == 8 && (code == kPgSslRequest || code == kPgGssEncRequest) && negotiations_ < 2) {
+    if (len == 8 && (code == kSslRequestCode || code == kPgGssEncRequest) && negotiations_ < 2) {
       ++negotiations_;
       step.send += 'N';
       head_.erase(head_.begin(), head_.begin() + 8);

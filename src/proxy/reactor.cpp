@@ -61,8 +61,10 @@ int Reactor::run_once(int timeout_ms) {
   int n = ::epoll_wait(epfd_, events, kMaxEvents, timeout_ms);
   if (n < 0) n = 0;  // EINTR: a signal for another thread; nothing to do
   uv_update_time(loop_);
-  last_events_ = n;
-  if (timing_) woke_ns_ = uv_hrtime();
+  if (timing_) {
+    woke_ns_ = uv_hrtime();
+    last_events_ = n;
+  }
   for (int i = 0; i < n; ++i) static_cast<IoWatcher*>(events[i].data.ptr)->on_io(events[i].events);
   // The work deferred before this point runs now; what it defers again
   // waits for the next round (after a wait that does not block).

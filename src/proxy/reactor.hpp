@@ -95,7 +95,7 @@ class Reactor {
   // monotonic clock (uv_hrtime) for the sessions accepted in its turn.
   void set_timing(bool on) { timing_ = on; }
   std::uint64_t woke_ns() const { return woke_ns_; }  // 0 until a timed wait ended
-  int last_events() const { return last_events_; }
+  int last_events() const { return last_events_; }  // of the last timed wait
 
  private:
   int epfd_ = -1;

@@ -67,6 +67,16 @@ Session::Extra& Session::extra() {
   return *extra_;
 }
 
+namespace {
+
+// Microseconds from `from_ns` to `to_ns` (uv_hrtime), as an access record
+// field holds them.
+std::int32_t micros_between(std::uint64_t from_ns, std::uint64_t to_ns) {
+  return static_cast<std::int32_t>(std::min<std::uint64_t>((to_ns - from_ns) / 1000, INT32_MAX));
+}
+
+}  // namespace
+
 void Session::start_timing() {
   timed_ = true;
   Extra& x = extra();
@@ -74,7 +84,7 @@ void Session::start_timing() {
   std::fill(std::begin(x.phases.at_us), std::end(x.phases.at_us), -1);
   const Reactor& r = reactor();
   if (r.woke_ns() != 0 && r.woke_ns() <= x.phase_base_ns) {
-    x.phases.turn_us = static_cast<std::int32_t>(std::min<std::uint64_t>((x.phase_base_ns - r.woke_ns()) / 1000, INT32_MAX));
+    x.phases.turn_us = micros_between(r.woke_ns(), x.phase_base_ns);
   }
   x.phases.turn_events = static_cast<std::uint32_t>(r.last_events());
 }
@@ -82,7 +92,7 @@ void Session::start_timing() {
 void Session::mark_phase(Phase p) {
   std::int32_t& at = extra_->phases.at_us[static_cast<std::size_t>(p)];
   if (at >= 0) return;
-  at = static_cast<std::int32_t>(std::min<std::uint64_t>((uv_hrtime() - extra_->phase_base_ns) / 1000, INT32_MAX));
+  at = micros_between(extra_->phase_base_ns, uv_hrtime());
 }
 
 const std::string& Session::sni() const {
