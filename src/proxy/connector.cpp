@@ -1,5 +1,7 @@
 #include "proxy/connector.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -78,6 +80,27 @@ ConnectResult classify(int err) {
   return is_local_resource_error(err) ? ConnectResult::local_error : ConnectResult::failed;
 }
 
+// 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: addresses whose connect the
+// kernel carries out inside connect(2) itself.
+bool is_loopback(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+    return (ntohl(in.sin_addr.s_addr) >> 24) == 127;
+  }
+  if (a.ss_family == AF_INET6) {
+    const in6_addr& in6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&in6) || (IN6_IS_ADDR_V4MAPPED(&in6) && in6.s6_addr[12] == 127);
+  }
+  return false;
+}
+
+// Whether the three-way handshake of `fd` is over (one getsockopt).
+bool established(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  return ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_ESTABLISHED;
+}
+
 }  // namespace
 
 void Connector::attempt() {
@@ -137,6 +160,19 @@ void Connector::connect_to(long idx, std::uint64_t now) {
   }
   leg.registered = true;
   session_.mark(Phase::connect);
+  // To a server on loopback, connect(2) returns EINPROGRESS with the
+  // handshake already done (the kernel runs the SYN, the SYN-ACK and the
+  // ACK before it returns), unless the server's accept queue was full or
+  // nothing listens. Asking now, instead of waiting for the EPOLLOUT the
+  // next wait brings, lets the client's first bytes reach the server in
+  // this loop turn: under load the rest of a turn and the next one's events
+  // are what kept the slowest sessions waiting (docs/decisions.md, "Where a
+  // slow short connection's time goes"). The EPOLLOUT still comes and finds
+  // the session proxying. Other servers take a round trip: no call is spent.
+  if (is_loopback(ep.addr) && established(fd)) {
+    connected(true);
+    return;
+  }
   deadline_ms_ = now + timer_ms(lc.connect_timeout);
   session_.arm_timer();
 }
@@ -244,15 +280,15 @@ void Connector::on_io(std::uint32_t events) {
   }
   // EPOLLOUT without EPOLLERR: the connect succeeded (no getsockopt needed
   // to ask, as there is on other systems).
-  if ((events & EPOLLOUT) != 0) connected();
+  if ((events & EPOLLOUT) != 0) connected(false);
 }
 
-void Connector::connected() {
+void Connector::connected(bool at_once) {
   deadline_ms_ = 0;
   ServerState& st = *server();
   st.report(ConnectResult::connected, "", Clock::now());
   st.observe_connect(static_cast<double>(uv_hrtime() - attempt_start_ns_) / 1e9);
-  session_.on_connected();
+  session_.on_connected(at_once);
 }
 
 void Connector::on_timeout() {

@@ -36,7 +36,9 @@ class WaitQueue;
 // The server's socket is made non-blocking by socket(2) itself, connected,
 // and only then added to the worker's Reactor (edge-triggered, for reading
 // and writing, once for its whole life): the connect's end is its first
-// EPOLLOUT, or EPOLLERR with the error in SO_ERROR.
+// EPOLLOUT, or EPOLLERR with the error in SO_ERROR. A connect to a loopback
+// address is asked about at once instead (TCP_INFO), since it is usually
+// done when connect(2) returns.
 class Connector final : public Deferred {
  public:
   explicit Connector(Session& session) : session_(session) {}
@@ -93,7 +95,9 @@ class Connector final : public Deferred {
   void on_granted();
   // Leaves the queue; the server it had picked meanwhile, or -1.
   long leave_queue(bool timed_out);
-  void connected();
+  // The connect succeeded: `at_once` when connect_to saw it done as it
+  // returned, rather than from the socket's EPOLLOUT.
+  void connected(bool at_once);
   void failed(ConnectResult result, int err);
 
   Session& session_;

@@ -216,7 +216,7 @@ class Session {
   Leg& open_server(int fd);
   Leg& server_leg() { return server_; }
   void close_server_for_retry();
-  void on_connected();
+  void on_connected(bool at_once);
   const ListenerConfig& listener_config() const;
 
   SessionHost& host_;
