@@ -574,11 +574,11 @@ void Session::on_connected(bool at_once) {
   mark(Phase::connected);
   connected_ms_ = uv_now(host_.loop());
   connected_ = true;
-  // Connected inside the turn that accepted the client, whose bytes were
-  // never read (nothing preread): they are most likely there already, sent
-  // right after the client's own connect. One read now sends them on in
-  // this turn; if they are not there it says EAGAIN, and their edge comes
-  // as it would have.
+  // Connected as connect(2) returned (on the first attempt, in the turn
+  // that accepted the client), and the client's bytes never read (nothing
+  // preread): they are most likely there already, sent right after the
+  // client's own connect. One read now sends them on in this turn; if they
+  // are not there it says EAGAIN, and their edge comes as it would have.
   if (at_once && lv_.config->preread == Preread::none && !lv_.config->accept_proxy) client_.readable = true;
   if (const Duration every = snapshot_->config->global.log_interval; every.count() > 0) {
     interim_at_ms_ = start_ms_ + timer_ms(every);

@@ -67,6 +67,7 @@ def test_client_bytes_reach_a_loopback_server_in_the_turn_that_accepted_them(slu
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     log = harness.LineLog(tracer.stderr)
     try:
+        # "Process N attached with K threads": printed once every thread is.
         log.wait_for(r"attached")
         for i in range(CONNECTIONS):
             payload = b"at-once-%02d\n" % i
