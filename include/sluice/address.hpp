@@ -42,6 +42,22 @@ inline void set_port(sockaddr_storage& ss, std::uint16_t port) {
   }
 }
 
+// 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104.
+inline bool is_loopback(const sockaddr_storage& ss) {
+  if (ss.ss_family == AF_INET) {
+    sockaddr_in sin{};
+    std::memcpy(&sin, &ss, sizeof sin);
+    return (ntohl(sin.sin_addr.s_addr) >> 24) == 127;
+  }
+  if (ss.ss_family == AF_INET6) {
+    sockaddr_in6 sin6{};
+    std::memcpy(&sin6, &ss, sizeof sin6);
+    const in6_addr& a = sin6.sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+  }
+  return false;
+}
+
 // Without the port: "127.0.0.1", "::1" (no brackets). Empty for other families.
 inline std::string format_ip(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = {};

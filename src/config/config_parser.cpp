@@ -23,6 +23,7 @@
 #include "config/quote.hpp"
 #include "config/table_reader.hpp"
 #include "config/values.hpp"
+#include "sluice/address.hpp"
 #include "sluice/config.hpp"
 #include "sluice/host.hpp"
 
@@ -50,20 +51,6 @@ constexpr std::string_view kNameRule = "[A-Za-z0-9_.-]+";
 
 // Same address and port: two sockets would collide.
 bool same_endpoint(const Endpoint& a, const Endpoint& b) { return a.port == b.port && same_ip(a.addr, b.addr); }
-
-// 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104.
-bool is_loopback(const sockaddr_storage& ss) {
-  static const Cidr kLoopback4 = *[] {
-    std::string error;
-    return parse_cidr("127.0.0.0/8", error);
-  }();
-  if (ss.ss_family == AF_INET6) {
-    sockaddr_in6 sin6{};
-    std::memcpy(&sin6, &ss, sizeof sin6);
-    if (IN6_IS_ADDR_LOOPBACK(&sin6.sin6_addr)) return true;
-  }
-  return cidr_contains(kLoopback4, reinterpret_cast<const sockaddr*>(&ss));
-}
 
 bool is_unspecified(const sockaddr_storage& ss) {
   if (ss.ss_family == AF_INET) {

@@ -1,6 +1,5 @@
 #include "proxy/connector.hpp"
 
-#include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -13,6 +12,7 @@
 #include "proxy/session.hpp"
 #include "proxy/socket_options.hpp"
 #include "runtime/snapshot.hpp"
+#include "sluice/address.hpp"
 #include "sluice/local_error.hpp"
 #include "sluice/time.hpp"
 #include "upstream/upstream.hpp"
@@ -78,20 +78,6 @@ namespace {
 
 ConnectResult classify(int err) {
   return is_local_resource_error(err) ? ConnectResult::local_error : ConnectResult::failed;
-}
-
-// 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104: addresses whose connect the
-// kernel carries out inside connect(2) itself.
-bool is_loopback(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET) {
-    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
-    return (ntohl(in.sin_addr.s_addr) >> 24) == 127;
-  }
-  if (a.ss_family == AF_INET6) {
-    const in6_addr& in6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(&in6) || (IN6_IS_ADDR_V4MAPPED(&in6) && in6.s6_addr[12] == 127);
-  }
-  return false;
 }
 
 // Whether the three-way handshake of `fd` is over (one getsockopt).
